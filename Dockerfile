@@ -1,0 +1,29 @@
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY gateway/ gateway/
+RUN pip install --no-cache-dir . && cd / && rm -rf /src
+
+# The gateway reads /etc/chat-gateway/config.yaml. The image ships the demo config there;
+# mount your own over it, e.g. -v ./my-config.yaml:/etc/chat-gateway/config.yaml:ro
+COPY config/demo.yaml /etc/chat-gateway/config.yaml
+
+RUN groupadd --system --gid 10001 gateway \
+ && useradd --system --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin gateway
+# Numeric, so Kubernetes runAsNonRoot can verify it without resolving names.
+USER 10001:10001
+WORKDIR /
+
+EXPOSE 8080
+
+# slim has no curl; urlopen raises (exit 1) on connection errors and non-2xx answers.
+HEALTHCHECK --interval=15s --timeout=3s --start-period=10s --retries=3 \
+  CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8080/healthz', timeout=2)"]
+
+ENTRYPOINT ["chat-gateway"]
+CMD ["serve", "--config", "/etc/chat-gateway/config.yaml", "--host", "0.0.0.0", "--port", "8080"]

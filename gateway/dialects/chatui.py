@@ -1,0 +1,407 @@
+"""``chatui``: a Chat UI's message format (see specs/chat-ui-api-formats.md).
+
+A whole answer is one message object, an array of them (multi-agent, each with ``agentName``), or
+the minimal ``[{"Items": [{"Text": …}]}]`` answer. A stream is SSE whose events each carry the
+*whole message so far* (cumulative ``content``) under one ``messageId``, ``status`` going
+``processing`` → ``completed``/``failed``; sources come with the events (usually the last).
+
+Cumulative content becomes deltas by cutting the previously seen prefix; a new ``messageId`` (or
+``agentName``) starts a new agent's text. Citations map to the canonical context as
+``sources[{id, title, url, snippet}]`` <-> ``data_points.text`` ``"title: snippet"`` and
+``data_points.citations`` (url, else title). A string session state travels as
+``conversationId``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from gateway.canonical import (
+    JSON,
+    AssistantMessage,
+    ChatError,
+    ChatRequest,
+    ChatResponse,
+    Citation,
+    ContextUpdate,
+    StreamError,
+    StreamEvent,
+    StreamFinish,
+    StreamStart,
+    TextDelta,
+    citations_of,
+    context_with_citations,
+)
+from gateway.dialects.base import (
+    error_code_for,
+    error_text,
+    expect_object,
+    parse_messages,
+    split_known,
+    text_of,
+)
+from gateway.errors import DialectError
+from gateway.framing import Framing, RawData
+
+__all__ = ["ChatUIDialect"]
+
+NAME = "chatui"
+_REQUEST_KEYS = frozenset({"messages", "stream", "conversationId"})
+_MESSAGE_KEYS = frozenset(
+    {"messageId", "conversationId", "role", "content", "contentType", "agentName"})
+
+
+def _iso_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _new_id() -> str:
+    return "msg-" + uuid.uuid4().hex
+
+
+def sources_of(context: JSON) -> list[dict[str, JSON]]:
+    out: list[dict[str, JSON]] = []
+    for c in citations_of(context):
+        src: dict[str, JSON] = {"id": c.id, "title": c.title or c.id}
+        if c.url:
+            src["url"] = c.url
+        if c.snippet is not None:
+            src["snippet"] = c.snippet
+        out.append(src)
+    return out
+
+
+def citations_from_sources(sources: JSON) -> list[Citation]:
+    out: list[Citation] = []
+    if not isinstance(sources, list):
+        return out
+    for s in sources:
+        if not isinstance(s, dict):
+            continue
+        sid, title, url, snippet = (s.get(k) for k in ("id", "title", "url", "snippet"))
+        name = title if isinstance(title, str) and title else sid
+        if not isinstance(name, str) or not name:
+            continue
+        out.append(Citation(
+            id=sid if isinstance(sid, str) else name,
+            title=name,
+            url=url if isinstance(url, str) and url else None,
+            snippet=snippet if isinstance(snippet, str) else None,
+        ))
+    return out
+
+
+def _role_of(obj: dict[str, JSON]) -> str | None:
+    role = obj.get("role", obj.get("Role"))
+    if isinstance(role, dict):
+        role = role.get("Label", role.get("label"))
+    return role.lower() if isinstance(role, str) else None
+
+
+def _is_minimal(obj: JSON) -> bool:
+    return isinstance(obj, dict) and isinstance(obj.get("Items"), list)
+
+
+def _minimal_text(obj: dict[str, JSON], where: str) -> str:
+    parts: list[str] = []
+    for i, item in enumerate(obj["Items"]):
+        if not isinstance(item, dict):
+            raise DialectError("must be an object", f"{where}.Items[{i}]")
+        kind = item.get("$type")
+        if kind is not None and (not isinstance(kind, str) or kind.lower() != "textcontent"):
+            continue  # images, function calls, …: no text to carry
+        text = item.get("Text", item.get("text"))
+        if isinstance(text, str):
+            parts.append(text)
+    return "".join(parts)
+
+
+class ChatUIDialect:
+    name = NAME
+    framing: Framing = "sse"
+    stream_content_type = "text/event-stream"
+
+    def parse_request(self, body: JSON) -> ChatRequest:
+        obj = expect_object(body, "")
+        messages = parse_messages(obj, name_key="agentName")
+        stream = obj.get("stream", False)
+        if stream is not None and not isinstance(stream, bool):
+            raise DialectError("must be a boolean", "stream")
+        conversation = obj.get("conversationId")
+        return ChatRequest(
+            messages=messages,
+            stream=bool(stream),
+            session_state=conversation if isinstance(conversation, str) else None,
+            extras=split_known(obj, _REQUEST_KEYS),
+            extras_dialect=NAME,
+        )
+
+    def render_request(self, req: ChatRequest, *, stream: bool, model: str | None) -> JSON:
+        same = req.extras_dialect == NAME
+        out: dict[str, Any] = dict(req.extras) if same else {}
+        msgs = []
+        for m in req.messages:
+            wire: dict[str, Any] = dict(m.extras) if same else {}
+            wire["role"] = m.role
+            wire["content"] = m.content if same else text_of(m.content)
+            if m.name is not None and same:
+                wire["agentName"] = m.name
+            msgs.append(wire)
+        out["messages"] = msgs
+        if stream:
+            out["stream"] = True
+        elif (same and "stream" in req.extras) or (req.stream and same):
+            out["stream"] = False
+        if isinstance(req.session_state, str):
+            out["conversationId"] = req.session_state
+        return out
+
+    def parse_response(self, body: JSON) -> ChatResponse:
+        items = body if isinstance(body, list) else [expect_object(body, "")]
+        if not items:
+            raise DialectError("must hold at least one message", "body")
+        messages: list[AssistantMessage] = []
+        citations: list[Citation] = []
+        conversation: JSON = None
+        for i, raw in enumerate(items):
+            where = f"[{i}]" if isinstance(body, list) else ""
+            obj = expect_object(raw, where)
+            role = _role_of(obj)
+            if _is_minimal(obj):
+                if role not in (None, "assistant"):
+                    continue
+                extras = {k: v for k, v in obj.items() if k != "Items"}
+                extras["_items"] = obj["Items"]
+                author = obj.get("AuthorName")
+                messages.append(AssistantMessage(
+                    _minimal_text(obj, where), agent=author if isinstance(author, str) else None,
+                    extras=extras))
+                continue
+            content = obj.get("content")
+            if not isinstance(content, str):
+                raise DialectError("must be a string", f"{where}.content".lstrip("."))
+            if role not in (None, "assistant"):
+                continue
+            agent, ctype, mid = obj.get("agentName"), obj.get("contentType"), obj.get("messageId")
+            if conversation is None and isinstance(obj.get("conversationId"), str):
+                conversation = obj["conversationId"]
+            citations.extend(citations_from_sources(obj.get("sources")))
+            messages.append(AssistantMessage(
+                content,
+                agent=agent if isinstance(agent, str) else None,
+                content_type=ctype if isinstance(ctype, str) else None,
+                id=mid if isinstance(mid, str) else None,
+                extras=split_known(obj, _MESSAGE_KEYS),
+            ))
+        return ChatResponse(
+            messages=messages or [AssistantMessage("")],
+            context=context_with_citations(citations),
+            session_state=conversation,
+            id=messages[0].id if messages else None,
+            extras={"_array": isinstance(body, list)},
+            extras_dialect=NAME,
+        )
+
+    def render_response(self, resp: ChatResponse, req: ChatRequest) -> JSON:
+        same = resp.extras_dialect == NAME
+        conversation = resp.session_state if isinstance(resp.session_state, str) else None
+        sources = sources_of(resp.context)
+        out: list[dict[str, Any]] = []
+        for i, m in enumerate(resp.messages):
+            if same and "_items" in m.extras:
+                minimal = {k: v for k, v in m.extras.items() if k != "_items"}
+                minimal["Items"] = m.extras["_items"]
+                out.append(minimal)
+                continue
+            msg: dict[str, Any] = dict(m.extras) if same else {}
+            msg["messageId"] = m.id or _new_id()
+            if conversation is not None:
+                msg["conversationId"] = conversation
+            msg.setdefault("status", "completed")
+            msg["role"] = "assistant"
+            msg["content"] = m.content
+            msg["contentType"] = m.content_type or "text"
+            if m.agent is not None:
+                msg["agentName"] = m.agent
+            msg.setdefault("sources", sources if i == 0 else [])
+            msg.setdefault("error", None)
+            msg.setdefault("createdAt", _iso_now())
+            out.append(msg)
+        as_array = resp.extras.get("_array") if same else len(out) != 1
+        return out if as_array else out[0]
+
+    def parse_error(self, body: JSON) -> ChatError | None:
+        items = body if isinstance(body, list) else [body]
+        errors: list[ChatError] = []
+        for obj in items:
+            if not isinstance(obj, dict):
+                return None
+            err = obj.get("error")
+            if obj.get("status") == "failed" or (err is not None and "content" not in obj):
+                code = err.get("code") if isinstance(err, dict) else None
+                errors.append(ChatError(500, error_text(err),
+                                        code if isinstance(code, str) else None))
+        return errors[0] if errors and len(errors) == len(items) else None
+
+    def render_error(self, err: ChatError) -> JSON:
+        return {
+            "messageId": _new_id(),
+            "status": "failed",
+            "role": "assistant",
+            "content": "",
+            "contentType": "text",
+            "sources": [],
+            "error": {"message": err.message, "code": err.code or error_code_for(err.status)},
+            "createdAt": _iso_now(),
+        }
+
+    def decoder(self) -> _Decoder:
+        return _Decoder()
+
+    def encoder(self, req: ChatRequest) -> _Encoder:
+        conv = req.session_state if isinstance(req.session_state, str) else None
+        return _Encoder(conv)
+
+
+class _Decoder:
+    __slots__ = ("_agent", "_completed", "_content", "_ended", "_id", "_sources", "_started")
+
+    def __init__(self) -> None:
+        self._started = False
+        self._ended = False
+        self._completed = False
+        self._id: JSON = None
+        self._agent: str | None = None
+        self._content = ""
+        self._sources: JSON = None
+
+    def decode(self, payload: Any) -> list[StreamEvent]:
+        if self._ended:
+            return []
+        if isinstance(payload, RawData):
+            raise DialectError("an event's data is not JSON", "stream")
+        if not isinstance(payload, dict):
+            raise DialectError("an event must be an object", "stream")
+        status = payload.get("status")
+        if status == "failed" or (payload.get("error") is not None and "content" not in payload):
+            self._ended = True
+            err = payload.get("error")
+            code = err.get("code") if isinstance(err, dict) else None
+            return [StreamError(error_text(err), code if isinstance(code, str) else None)]
+        events: list[StreamEvent] = []
+        conv = payload.get("conversationId")
+        state = conv if isinstance(conv, str) else None
+        if not self._started:
+            self._started = True
+            events.append(StreamStart(session_state=state))
+        mid, agent = payload.get("messageId"), payload.get("agentName")
+        agent = agent if isinstance(agent, str) else None
+        if (mid != self._id and self._id is not None) or agent != self._agent:
+            self._content = ""  # another message: another agent's text starts
+        self._id, self._agent = mid, agent
+        content = payload.get("content")
+        if isinstance(content, str):
+            prev = self._content
+            if content.startswith(prev):
+                piece = content[len(prev):]
+            else:  # rewritten, not extended: send what follows the common prefix
+                n = 0
+                for a, b in zip(prev, content, strict=False):
+                    if a != b:
+                        break
+                    n += 1
+                piece = content[n:]
+            self._content = content
+            if piece:
+                events.append(TextDelta(piece, agent))
+        sources = payload.get("sources")
+        if isinstance(sources, list) and sources and sources != self._sources:
+            self._sources = sources
+            events.append(ContextUpdate(
+                context_with_citations(citations_from_sources(sources)), state))
+        if status == "completed":
+            self._completed = True
+        return events
+
+    def end(self) -> list[StreamEvent]:
+        if self._ended:
+            return []
+        self._ended = True
+        if self._completed:
+            return [StreamFinish()]
+        return [StreamError("the upstream stream ended before it completed")]
+
+
+class _Encoder:
+    __slots__ = ("_agent", "_closed", "_content", "_conv", "_created", "_id", "_sources",
+                 "_started")
+
+    def __init__(self, conversation: str | None) -> None:
+        self._conv = conversation
+        self._id = _new_id()
+        self._created = _iso_now()
+        self._content = ""
+        self._sources: list[dict[str, JSON]] = []
+        self._agent: str | None = None
+        self._started = False
+        self._closed = False
+
+    def _event(self, status: str, error: JSON = None) -> bytes:
+        obj: dict[str, Any] = {"messageId": self._id}
+        if self._conv is not None:
+            obj["conversationId"] = self._conv
+        obj["status"] = status
+        obj["role"] = "assistant"
+        obj["content"] = self._content
+        obj["contentType"] = "text"
+        if self._agent is not None:
+            obj["agentName"] = self._agent
+        obj["sources"] = self._sources
+        obj["error"] = error
+        obj["createdAt"] = self._created
+        return orjson.dumps(obj)
+
+    def _absorb(self, context: JSON, state: JSON) -> None:
+        if isinstance(state, str):
+            self._conv = state
+        if context is not None:
+            sources = sources_of(context)
+            if sources:
+                self._sources = sources
+
+    def encode(self, event: StreamEvent) -> list[bytes]:
+        if self._closed:
+            return []
+        match event:
+            case StreamStart():
+                self._absorb(event.context, event.session_state)
+                if self._started:
+                    return []
+                self._started = True
+                return [self._event("processing")]
+            case TextDelta():
+                out: list[bytes] = []
+                if event.agent != self._agent:
+                    if self._content:
+                        out.append(self._event("completed"))
+                        self._id, self._content, self._created = _new_id(), "", _iso_now()
+                        self._sources = []
+                    self._agent = event.agent
+                self._started = True
+                self._content += event.text
+                out.append(self._event("processing"))
+                return out
+            case ContextUpdate():
+                self._absorb(event.context, event.session_state)
+                return []
+            case StreamFinish():
+                self._closed = True
+                return [self._event("completed")]
+            case StreamError():
+                self._closed = True
+                return [self._event("failed", {
+                    "message": event.message, "code": event.code or error_code_for(event.status)})]

@@ -1,0 +1,319 @@
+"""``protocol-2024-01-28``: the OpenAI-like ``choices`` format with ``context`` and
+``session_state`` per choice (see specs/protocol-2024-01-28.md).
+
+Streams are JSON lines of ``{"choices": [{"delta": …, "context"?, "session_state"?,
+"finish_reason", "index"}], …}``; the first chunk carries the context. An error is
+``{"error": "text"}``, whole or as a chunk.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from gateway.canonical import (
+    JSON,
+    AssistantMessage,
+    ChatError,
+    ChatRequest,
+    ChatResponse,
+    ContextUpdate,
+    StreamError,
+    StreamEvent,
+    StreamFinish,
+    StreamStart,
+    TextDelta,
+    agent_header,
+    new_completion_id,
+    now,
+)
+from gateway.dialects.base import (
+    error_text,
+    expect_object,
+    parse_messages,
+    split_known,
+    text_of,
+)
+from gateway.errors import DialectError
+from gateway.framing import Framing
+
+__all__ = ["Protocol20240128"]
+
+NAME = "protocol-2024-01-28"
+_REQUEST_KEYS = frozenset({"messages", "stream", "context", "session_state"})
+_RESPONSE_KEYS = frozenset({"choices", "id", "created", "model", "usage"})
+_CHOICE_KEYS = frozenset({"message", "context", "session_state", "finish_reason"})
+
+
+def request_context(req: ChatRequest) -> JSON:
+    """The protocol request context, with OpenAI's ``temperature`` as
+    ``overrides.temperature``."""
+    temperature = req.sampling.get("temperature")
+    if temperature is None:
+        return req.context
+    ctx = dict(req.context) if isinstance(req.context, dict) else {}
+    overrides = dict(ctx["overrides"]) if isinstance(ctx.get("overrides"), dict) else {}
+    overrides.setdefault("temperature", temperature)
+    ctx["overrides"] = overrides
+    return ctx
+
+
+def sampling_of(context: JSON) -> dict[str, JSON]:
+    if isinstance(context, dict):
+        overrides = context.get("overrides")
+        if isinstance(overrides, dict) and isinstance(overrides.get("temperature"), int | float):
+            return {"temperature": overrides["temperature"]}
+    return {}
+
+
+def render_messages(req: ChatRequest, same: bool) -> list[dict[str, Any]]:
+    out = []
+    for m in req.messages:
+        wire: dict[str, Any] = dict(m.extras) if same else {}
+        wire["role"] = m.role
+        wire["content"] = m.content if same else text_of(m.content)
+        if m.context is not None:
+            wire["context"] = m.context
+        out.append(wire)
+    return out
+
+
+class Protocol20240128:
+    name = NAME
+    framing: Framing = "jsonlines"
+    stream_content_type = "application/json-lines"
+
+    def parse_request(self, body: JSON) -> ChatRequest:
+        obj = expect_object(body, "")
+        messages = parse_messages(obj)
+        stream = obj.get("stream", False)
+        if stream is not None and not isinstance(stream, bool):
+            raise DialectError("must be a boolean", "stream")
+        context = obj.get("context")
+        if context is not None and not isinstance(context, dict):
+            raise DialectError("must be an object", "context")
+        return ChatRequest(
+            messages=messages,
+            stream=bool(stream),
+            context=context,
+            session_state=obj.get("session_state"),
+            sampling=sampling_of(context),
+            extras=split_known(obj, _REQUEST_KEYS),
+            extras_dialect=NAME,
+        )
+
+    def render_request(self, req: ChatRequest, *, stream: bool, model: str | None) -> JSON:
+        same = req.extras_dialect == NAME
+        out: dict[str, Any] = dict(req.extras) if same else {}
+        out["messages"] = render_messages(req, same)
+        out["stream"] = stream
+        context = req.context if same else request_context(req)
+        if context is not None:
+            out["context"] = context
+        if req.session_state is not None:
+            out["session_state"] = req.session_state
+        return out
+
+    def parse_response(self, body: JSON) -> ChatResponse:
+        obj = expect_object(body, "")
+        choices = obj.get("choices")
+        if not isinstance(choices, list) or not choices:
+            raise DialectError("must be a non-empty list", "choices")
+        choice = expect_object(choices[0], "choices[0]")
+        message = expect_object(choice.get("message"), "choices[0].message")
+        content = message.get("content")
+        if content is not None and not isinstance(content, str):
+            raise DialectError("must be a string", "choices[0].message.content")
+        reason = choice.get("finish_reason")
+        created = obj.get("created")
+        return ChatResponse(
+            messages=[AssistantMessage(
+                content=content or "",
+                extras=split_known(message, frozenset({"content"})),
+            )],
+            context=choice.get("context"),
+            session_state=choice.get("session_state", obj.get("session_state")),
+            finish_reason=reason if isinstance(reason, str) else None,
+            usage=obj["usage"] if isinstance(obj.get("usage"), dict) else None,
+            id=obj["id"] if isinstance(obj.get("id"), str) else None,
+            created=created if isinstance(created, int) else None,
+            model=obj["model"] if isinstance(obj.get("model"), str) else None,
+            extras={**split_known(obj, _RESPONSE_KEYS),
+                    "_choice": split_known(choice, _CHOICE_KEYS)},
+            extras_dialect=NAME,
+        )
+
+    def render_response(self, resp: ChatResponse, req: ChatRequest) -> JSON:
+        same = resp.extras_dialect == NAME
+        extras = dict(resp.extras) if same else {}
+        choice: dict[str, Any] = dict(extras.pop("_choice", None) or {"index": 0})
+        message: dict[str, Any] = {}
+        if same and resp.messages:
+            message.update(resp.messages[0].extras)
+        message.setdefault("role", "assistant")
+        message["content"] = resp.text
+        choice["message"] = message
+        if resp.context is not None:
+            choice["context"] = resp.context
+        if resp.session_state is not None:
+            choice["session_state"] = resp.session_state
+        choice["finish_reason"] = resp.finish_reason or "stop"
+        out: dict[str, Any] = {
+            **extras,
+            "choices": [choice],
+            "id": resp.id or new_completion_id(),
+            "created": resp.created or now(),
+            "object": extras.get("object", "chat.completion"),
+        }
+        if resp.model or req.model:
+            out["model"] = resp.model or req.model
+        if resp.usage is not None:
+            out["usage"] = resp.usage
+        return out
+
+    def parse_error(self, body: JSON) -> ChatError | None:
+        if isinstance(body, dict) and body.get("error") is not None:
+            return ChatError(500, error_text(body["error"]))
+        return None
+
+    def render_error(self, err: ChatError) -> JSON:
+        return {"error": err.message}
+
+    def decoder(self) -> _Decoder:
+        return _Decoder()
+
+    def encoder(self, req: ChatRequest) -> _Encoder:
+        return _Encoder(req.model)
+
+
+class _Decoder:
+    __slots__ = ("_failed", "_reason", "_started", "_usage")
+
+    def __init__(self) -> None:
+        self._started = False
+        self._failed = False
+        self._reason: str | None = None
+        self._usage: dict[str, JSON] | None = None
+
+    def decode(self, payload: Any) -> list[StreamEvent]:
+        if self._failed:
+            return []
+        if not isinstance(payload, dict):
+            raise DialectError("a chunk must be an object", "stream")
+        if payload.get("error") is not None:
+            self._failed = True
+            return [StreamError(error_text(payload["error"]))]
+        usage = payload.get("usage")
+        if isinstance(usage, dict):
+            self._usage = usage
+        choices = payload.get("choices")
+        choice = choices[0] if isinstance(choices, list) and choices else None
+        if not isinstance(choice, dict):
+            return self._start(payload, None) if not self._started else []
+        events = self._start(payload, choice)
+        if not events and (choice.get("context") is not None
+                           or choice.get("session_state") is not None):
+            events.append(ContextUpdate(choice.get("context"), choice.get("session_state")))
+        delta = choice.get("delta")
+        if isinstance(delta, dict):
+            text = delta.get("content")
+            if isinstance(text, str) and text:
+                events.append(TextDelta(text))
+        reason = choice.get("finish_reason")
+        if isinstance(reason, str):
+            self._reason = reason
+        return events
+
+    def _start(self, payload: dict[str, Any], choice: dict[str, Any] | None) -> list[StreamEvent]:
+        if self._started:
+            return []
+        self._started = True
+        created = payload.get("created")
+        return [StreamStart(
+            context=choice.get("context") if choice else None,
+            session_state=choice.get("session_state") if choice else None,
+            id=payload["id"] if isinstance(payload.get("id"), str) else None,
+            created=created if isinstance(created, int) else None,
+            model=payload["model"] if isinstance(payload.get("model"), str) else None,
+        )]
+
+    def end(self) -> list[StreamEvent]:
+        if self._failed:
+            return []
+        self._failed = True  # nothing may follow the end
+        return [StreamFinish(self._reason or "stop", self._usage)]
+
+
+class _Encoder:
+    __slots__ = ("_agent", "_closed", "_first", "_model", "_tail")
+
+    def __init__(self, model: str | None) -> None:
+        self._first = True
+        self._closed = False
+        self._agent: str | None = None
+        self._model = model
+        self._tail = b""
+
+    def _start(self, start: StreamStart | None = None) -> list[bytes]:
+        if not self._first:
+            return []
+        self._first = False
+        tail: dict[str, Any] = {
+            "object": "chat.completion.chunk",
+            "id": (start.id if start else None) or new_completion_id(),
+            "created": (start.created if start else None) or now(),
+        }
+        model = (start.model if start else None) or self._model
+        if model:
+            tail["model"] = model
+        self._tail = b"," + orjson.dumps(tail)[1:]
+        choice: dict[str, Any] = {"delta": {"role": "assistant"}}
+        choice["context"] = start.context if start and start.context is not None else {}
+        if start and start.session_state is not None:
+            choice["session_state"] = start.session_state
+        choice["finish_reason"] = None
+        choice["index"] = 0
+        return [self._wrap(choice)]
+
+    def _wrap(self, choice: dict[str, Any], usage: JSON = None) -> bytes:
+        head = b'{"choices":' + orjson.dumps([choice])
+        if usage is not None:
+            head += b',"usage":' + orjson.dumps(usage)
+        return head + self._tail
+
+    def encode(self, event: StreamEvent) -> list[bytes]:
+        if self._closed:
+            return []
+        match event:
+            case StreamStart():
+                return self._start(event)
+            case TextDelta():
+                out = self._start()
+                text = event.text
+                if event.agent != self._agent:
+                    text = agent_header(event.agent, first=self._agent is None) + text
+                    self._agent = event.agent
+                out.append(self._wrap({"delta": {"content": text}, "finish_reason": None,
+                                       "index": 0}))
+                return out
+            case ContextUpdate():
+                out = self._start()
+                choice: dict[str, Any] = {"delta": {}}
+                if event.context is not None:
+                    choice["context"] = event.context
+                if event.session_state is not None:
+                    choice["session_state"] = event.session_state
+                choice["finish_reason"] = None
+                choice["index"] = 0
+                out.append(self._wrap(choice))
+                return out
+            case StreamFinish():
+                out = self._start()
+                self._closed = True
+                out.append(self._wrap({"delta": {}, "finish_reason": event.reason or "stop",
+                                       "index": 0}, event.usage))
+                return out
+            case StreamError():
+                self._closed = True
+                return [orjson.dumps({"error": event.message})]

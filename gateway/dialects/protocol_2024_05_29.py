@@ -1,0 +1,228 @@
+"""``protocol-2024-05-29``: ``message``/``delta`` with ``context`` and session state (see the three
+specs/protocol-2024-05-29-* documents).
+
+The whole answer is served at ``chat``, the stream at ``chat/stream`` (JSON lines). Session state is
+spelled ``sessionState`` by the Microsoft spec and its JavaScript SDK and ``session_state`` by the
+first publication and the reference RAG backend; both are read, and a client is answered in the
+spelling it used (both, when it used none). An error is ``{"error": "text"}``, whole or as a chunk.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from gateway.canonical import (
+    JSON,
+    AssistantMessage,
+    ChatError,
+    ChatRequest,
+    ChatResponse,
+    ContextUpdate,
+    StreamError,
+    StreamEvent,
+    StreamFinish,
+    StreamStart,
+    TextDelta,
+    agent_header,
+)
+from gateway.dialects.base import error_text, expect_object, parse_messages, split_known
+from gateway.dialects.protocol_2024_01_28 import render_messages, request_context, sampling_of
+from gateway.errors import DialectError
+from gateway.framing import Framing
+
+__all__ = ["Protocol20240529"]
+
+NAME = "protocol-2024-05-29"
+CAMEL, SNAKE = "sessionState", "session_state"
+_REQUEST_KEYS = frozenset({"messages", "context", CAMEL, SNAKE})
+_RESPONSE_KEYS = frozenset({"message", "context", CAMEL, SNAKE})
+# The first line a client sees must carry a context: the reference frontend reads
+# context.data_points from it.
+_EMPTY_CONTEXT: dict[str, Any] = {"data_points": {"text": []}, "thoughts": []}
+
+
+def _session(obj: dict[str, JSON]) -> tuple[JSON, str | None]:
+    for key in (CAMEL, SNAKE):
+        if key in obj:
+            return obj[key], key
+    return None, None
+
+
+def _session_keys(req: ChatRequest) -> tuple[str, ...]:
+    key = req.hints.get("session_key") if req.extras_dialect == NAME else None
+    return (key,) if isinstance(key, str) else (CAMEL, SNAKE)
+
+
+class Protocol20240529:
+    name = NAME
+    framing: Framing = "jsonlines"
+    stream_content_type = "application/json-lines"
+
+    def parse_request(self, body: JSON) -> ChatRequest:
+        obj = expect_object(body, "")
+        messages = parse_messages(obj)
+        context = obj.get("context")
+        if context is not None and not isinstance(context, dict):
+            raise DialectError("must be an object", "context")
+        state, key = _session(obj)
+        stream = obj.get("stream")
+        return ChatRequest(
+            messages=messages,
+            stream=stream is True,
+            context=context,
+            session_state=state,
+            sampling=sampling_of(context),
+            extras=split_known(obj, _REQUEST_KEYS),
+            extras_dialect=NAME,
+            hints={"session_key": key} if key else {},
+        )
+
+    def render_request(self, req: ChatRequest, *, stream: bool, model: str | None) -> JSON:
+        same = req.extras_dialect == NAME
+        out: dict[str, Any] = dict(req.extras) if same else {}
+        out["messages"] = render_messages(req, same)
+        context = req.context if same else request_context(req)
+        if context is not None:
+            out["context"] = context
+        if req.session_state is not None:
+            for key in _session_keys(req):
+                out[key] = req.session_state
+        return out
+
+    def parse_response(self, body: JSON) -> ChatResponse:
+        obj = expect_object(body, "")
+        message = expect_object(obj.get("message"), "message")
+        content = message.get("content")
+        if content is not None and not isinstance(content, str):
+            raise DialectError("must be a string", "message.content")
+        state, key = _session(obj)
+        extras = split_known(obj, _RESPONSE_KEYS)
+        if key is not None and state is None:
+            extras[key] = None
+        return ChatResponse(
+            messages=[AssistantMessage(
+                content=content or "", extras=split_known(message, frozenset({"content"})))],
+            context=obj.get("context"),
+            session_state=state,
+            extras=extras,
+            extras_dialect=NAME,
+        )
+
+    def render_response(self, resp: ChatResponse, req: ChatRequest) -> JSON:
+        same = resp.extras_dialect == NAME
+        out: dict[str, Any] = dict(resp.extras) if same else {}
+        message: dict[str, Any] = dict(resp.messages[0].extras) if same and resp.messages else {}
+        message.setdefault("role", "assistant")
+        message["content"] = resp.text
+        out["message"] = message
+        if resp.context is not None:
+            out["context"] = resp.context
+        if resp.session_state is not None:
+            for key in _session_keys(req):
+                out[key] = resp.session_state
+        return out
+
+    def parse_error(self, body: JSON) -> ChatError | None:
+        if isinstance(body, dict) and body.get("error") is not None:
+            return ChatError(500, error_text(body["error"]))
+        return None
+
+    def render_error(self, err: ChatError) -> JSON:
+        return {"error": err.message}
+
+    def decoder(self) -> _Decoder:
+        return _Decoder()
+
+    def encoder(self, req: ChatRequest) -> _Encoder:
+        return _Encoder(_session_keys(req))
+
+
+class _Decoder:
+    __slots__ = ("_ended", "_started")
+
+    def __init__(self) -> None:
+        self._started = False
+        self._ended = False
+
+    def decode(self, payload: Any) -> list[StreamEvent]:
+        if self._ended:
+            return []
+        if not isinstance(payload, dict):
+            raise DialectError("a chunk must be an object", "stream")
+        if payload.get("error") is not None:
+            self._ended = True
+            return [StreamError(error_text(payload["error"]))]
+        state, _ = _session(payload)
+        context = payload.get("context")
+        events: list[StreamEvent] = []
+        if not self._started:
+            self._started = True
+            events.append(StreamStart(context=context, session_state=state))
+        elif context is not None or state is not None:
+            events.append(ContextUpdate(context, state))
+        delta = payload.get("delta")
+        if isinstance(delta, dict):
+            text = delta.get("content")
+            if isinstance(text, str) and text:
+                events.append(TextDelta(text))
+        return events
+
+    def end(self) -> list[StreamEvent]:
+        if self._ended:
+            return []
+        self._ended = True
+        return [StreamFinish()]
+
+
+class _Encoder:
+    __slots__ = ("_agent", "_closed", "_first", "_keys")
+
+    def __init__(self, session_keys: tuple[str, ...]) -> None:
+        self._keys = session_keys
+        self._first = True
+        self._closed = False
+        self._agent: str | None = None
+
+    def _line(self, delta: dict[str, Any], context: JSON, state: JSON) -> bytes:
+        obj: dict[str, Any] = {"delta": delta}
+        if context is not None:
+            obj["context"] = context
+        if state is not None:
+            for key in self._keys:
+                obj[key] = state
+        return orjson.dumps(obj)
+
+    def _start(self, start: StreamStart | None = None) -> list[bytes]:
+        if not self._first:
+            return []
+        self._first = False
+        context = start.context if start and start.context is not None else _EMPTY_CONTEXT
+        return [self._line({"role": "assistant"}, context, start.session_state if start else None)]
+
+    def encode(self, event: StreamEvent) -> list[bytes]:
+        if self._closed:
+            return []
+        match event:
+            case StreamStart():
+                return self._start(event)
+            case TextDelta():
+                out = self._start()
+                text = event.text
+                if event.agent != self._agent:
+                    text = agent_header(event.agent, first=self._agent is None) + text
+                    self._agent = event.agent
+                out.append(b'{"delta":{"content":' + orjson.dumps(text) + b"}}")
+                return out
+            case ContextUpdate():
+                out = self._start()
+                if event.context is not None or event.session_state is not None:
+                    out.append(self._line({}, event.context, event.session_state))
+                return out
+            case StreamFinish():
+                self._closed = True
+                return self._start()
+            case StreamError():
+                self._closed = True
+                return [orjson.dumps({"error": event.message})]

@@ -1,0 +1,127 @@
+"""JSON lines: an incremental reader and the writer. Knows nothing of dialects.
+
+Real servers send one compact object per ``\\n``-terminated line, and that is the fast path:
+split on ``\\n``, ``orjson.loads`` each line. Documentation examples (and a few servers) also print objects
+back to back (``}{``) or pretty-printed over several lines; a line that does not parse on its own
+falls back to a string-aware bracket scanner that cuts concatenated values out of the bytes. A line
+that is neither is a :class:`FramingError`, never a silent end of stream.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from gateway.errors import FramingError
+
+__all__ = ["DEFAULT_MAX_LINE", "JsonLinesReader", "encode_line"]
+
+DEFAULT_MAX_LINE = 8 * 1024 * 1024
+_WS = b" \t\r\n"
+
+
+def encode_line(payload: bytes) -> bytes:
+    """Frame one compact JSON payload (which never holds a raw newline) as a line."""
+    return payload + b"\n"
+
+
+class _Scanner:
+    """Cuts concatenated JSON objects/arrays out of bytes fed in pieces (string-aware)."""
+
+    __slots__ = ("_buf", "_depth", "_escape", "_in_string")
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self._depth = 0
+        self._in_string = False
+        self._escape = False
+
+    @property
+    def pending(self) -> bool:
+        return self._depth > 0
+
+    @property
+    def size(self) -> int:
+        return len(self._buf)
+
+    def feed(self, data: bytes) -> list[bytes]:
+        out: list[bytes] = []
+        for byte in data:
+            if self._depth == 0:
+                if byte in _WS:
+                    continue
+                if byte not in b"{[":
+                    raise FramingError("a line is not JSON")
+                self._buf.clear()
+            self._buf.append(byte)
+            if self._in_string:
+                if self._escape:
+                    self._escape = False
+                elif byte == 0x5C:  # backslash
+                    self._escape = True
+                elif byte == 0x22:  # quote
+                    self._in_string = False
+            elif byte == 0x22:
+                self._in_string = True
+            elif byte in b"{[":
+                self._depth += 1
+            elif byte in b"}]":
+                self._depth -= 1
+                if self._depth == 0:
+                    out.append(bytes(self._buf))
+        return out
+
+
+class JsonLinesReader:
+    """``feed(bytes) -> values``, ``finish() -> values``; raises :class:`FramingError`."""
+
+    __slots__ = ("_buf", "_max_line", "_scanner")
+
+    def __init__(self, max_line: int = DEFAULT_MAX_LINE) -> None:
+        self._buf = b""
+        self._max_line = max_line
+        self._scanner: _Scanner | None = None
+
+    def feed(self, data: bytes) -> list[Any]:
+        buf = self._buf + data if self._buf else data
+        out: list[Any] = []
+        start = 0
+        find = buf.find
+        while (nl := find(b"\n", start)) >= 0:
+            self._line(buf[start:nl], out)
+            start = nl + 1
+        self._buf = buf[start:]
+        if len(self._buf) > self._max_line:
+            raise FramingError(f"a line is longer than {self._max_line} bytes")
+        return out
+
+    def finish(self) -> list[Any]:
+        """The body ended: a last line without ``\\n`` still counts; an unfinished value is an
+        error."""
+        out: list[Any] = []
+        rest, self._buf = self._buf, b""
+        if rest:
+            self._line(rest, out)
+        if self._scanner is not None and self._scanner.pending:
+            self._scanner = None
+            raise FramingError("the stream ended inside a JSON value")
+        return out
+
+    def _line(self, line: bytes, out: list[Any]) -> None:
+        if self._scanner is None or not self._scanner.pending:
+            try:
+                out.append(orjson.loads(line))
+                return
+            except orjson.JSONDecodeError:
+                if not line.strip(_WS):
+                    return
+            self._scanner = _Scanner()
+        scanner = self._scanner
+        for piece in scanner.feed(line + b"\n"):
+            try:
+                out.append(orjson.loads(piece))
+            except orjson.JSONDecodeError as e:
+                raise FramingError(f"a line is not JSON ({e})") from e
+        if scanner.size > self._max_line:
+            raise FramingError(f"a value is longer than {self._max_line} bytes")

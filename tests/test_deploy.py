@@ -1,0 +1,248 @@
+"""Static checks of the operator artifacts: Dockerfile, compose, Kubernetes, Prometheus, Grafana."""
+
+import json
+import re
+import shlex
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+DEPLOY = ROOT / "deploy"
+K8S = DEPLOY / "kubernetes"
+PROMTOOL = Path("/usr/bin/promtool")
+
+DASHBOARD_METRICS = [
+    "gateway_requests_total",
+    "gateway_request_duration_seconds_bucket",
+    "gateway_time_to_first_token_seconds_bucket",
+    "gateway_overhead_seconds_bucket",
+    "gateway_inflight_requests",
+    "gateway_upstream_healthy",
+    "gateway_tokens_total",
+    "gateway_upstream_errors_total",
+]
+
+
+def _dockerfile() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs, with line continuations joined and comments dropped."""
+    joined: list[str] = []
+    pending = ""
+    for raw in (ROOT / "Dockerfile").read_text().splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        joined.append(pending + line)
+        pending = ""
+    assert not pending, "Dockerfile ends with a line continuation"
+    out = []
+    for line in joined:
+        instruction, _, args = line.partition(" ")
+        out.append((instruction.upper(), args.strip()))
+    return out
+
+
+def _instructions(name: str) -> list[str]:
+    return [args for instruction, args in _dockerfile() if instruction == name]
+
+
+def _exec_form(args: str) -> list[str]:
+    value = json.loads(args)
+    assert isinstance(value, list), f"expected exec (JSON) form, got {args!r}"
+    return value
+
+
+def _k8s(name: str) -> list[dict[str, Any]]:
+    docs = [d for d in yaml.safe_load_all((K8S / name).read_text()) if d is not None]
+    assert docs, f"{name} has no documents"
+    return docs
+
+
+def _one(name: str, kind: str) -> dict[str, Any]:
+    found = [d for d in _k8s(name) if d.get("kind") == kind]
+    assert len(found) == 1, f"{name}: expected one {kind}, found {len(found)}"
+    return found[0]
+
+
+def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    if not PROMTOOL.exists():
+        pytest.fail(
+            f"{PROMTOOL} not found: install the Debian package 'prometheus' "
+            "(CI installs it; this check must not be skipped)"
+        )
+    return subprocess.run(
+        [str(PROMTOOL), *args], cwd=ROOT, capture_output=True, text=True, timeout=30
+    )
+
+
+# --- docker-compose.yml --------------------------------------------------------------------------
+
+
+def _compose() -> dict[str, Any]:
+    data = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def test_compose_services_have_build_or_image() -> None:
+    services = _compose()["services"]
+    assert {"gateway", "demo-backends", "prometheus", "grafana"} <= set(services)
+    for name, service in services.items():
+        assert service.get("build") or service.get("image"), f"{name} has neither build nor image"
+
+
+def test_compose_bind_mounts_exist() -> None:
+    mounts = 0
+    for name, service in _compose()["services"].items():
+        for volume in service.get("volumes", []):
+            source = volume["source"] if isinstance(volume, dict) else volume.split(":")[0]
+            if source.startswith((".", "/")):
+                mounts += 1
+                assert (ROOT / source).exists(), f"{name} mounts missing path {source}"
+    assert mounts > 0
+
+
+def test_compose_gateway_uses_compose_config() -> None:
+    services = _compose()["services"]
+    mounts = {
+        target: source
+        for source, target, *_ in (v.split(":") for v in services["gateway"]["volumes"])
+    }
+    assert mounts["/etc/chat-gateway/config.yaml"] == "./config/compose.yaml"
+    command = services["demo-backends"]["command"]
+    if isinstance(command, str):
+        command = shlex.split(command)
+    assert command[0] == "demo-backends"
+
+
+def test_compose_config_routes_reference_upstreams() -> None:
+    config = yaml.safe_load((ROOT / "config" / "compose.yaml").read_text())
+    _check_gateway_config(config)
+
+
+def _check_gateway_config(config: Any) -> None:
+    assert isinstance(config, dict)
+    assert config["upstreams"], "no upstreams"
+    assert config["routes"], "no routes"
+    for route in config["routes"]:
+        assert route["upstream"] in config["upstreams"], f"unknown upstream in {route}"
+
+
+# --- Dockerfile ----------------------------------------------------------------------------------
+
+
+def test_dockerfile_base_and_entrypoint() -> None:
+    assert _instructions("FROM")[0].startswith("python:3.11-slim")
+    assert _exec_form(_instructions("ENTRYPOINT")[-1]) == ["chat-gateway"]
+    cmd = _exec_form(_instructions("CMD")[-1])
+    assert cmd[:3] == ["serve", "--config", "/etc/chat-gateway/config.yaml"]
+    assert "8080" in _instructions("EXPOSE")[-1].split()
+
+
+def test_dockerfile_healthcheck_hits_healthz() -> None:
+    (healthcheck,) = _instructions("HEALTHCHECK")
+    assert "/healthz" in healthcheck
+    assert "urllib" in healthcheck, "python:3.11-slim has no curl"
+
+
+def test_dockerfile_runs_as_non_root() -> None:
+    users = _instructions("USER")
+    assert users, "no USER instruction"
+    user = users[-1].split(":")[0]
+    assert user not in {"root", "0"}
+
+
+# --- Kubernetes ----------------------------------------------------------------------------------
+
+
+def test_k8s_manifests_parse() -> None:
+    for path in sorted(K8S.glob("*.yaml")):
+        for doc in _k8s(path.name):
+            assert {"apiVersion", "kind", "metadata"} <= set(doc), path.name
+
+
+def test_k8s_deployment_probes_and_config() -> None:
+    deployment = _one("deployment.yaml", "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["args"][:3] == ["serve", "--config", "/etc/chat-gateway/config.yaml"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+
+    configmap = _one("configmap.yaml", "ConfigMap")
+    config_volumes = [v for v in pod["volumes"] if "configMap" in v]
+    assert [v["configMap"]["name"] for v in config_volumes] == [configmap["metadata"]["name"]]
+    secret = _one("secret.yaml", "Secret")
+    secret_refs = [e["secretRef"]["name"] for e in container["envFrom"] if "secretRef" in e]
+    assert secret_refs == [secret["metadata"]["name"]]
+
+
+def test_k8s_configmap_embeds_gateway_config() -> None:
+    configmap = _one("configmap.yaml", "ConfigMap")
+    text = configmap["data"]["config.yaml"]
+    _check_gateway_config(yaml.safe_load(text))
+    assert "${OPENAI_API_KEY}" in text
+    assert "OPENAI_API_KEY" in _one("secret.yaml", "Secret")["stringData"]
+
+
+def test_k8s_service_monitor_scrapes_metrics() -> None:
+    monitor = _one("servicemonitor.yaml", "ServiceMonitor")
+    assert monitor["spec"]["endpoints"][0]["port"] == "http"
+    assert monitor["spec"]["endpoints"][0]["path"] == "/metrics"
+    ports = _one("service.yaml", "Service")["spec"]["ports"]
+    assert "http" in {p["name"] for p in ports}
+
+
+# --- Grafana -------------------------------------------------------------------------------------
+
+
+def _panels(panels: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for panel in panels:
+        out.append(panel)
+        out.extend(_panels(panel.get("panels", [])))
+    return out
+
+
+def test_dashboard_covers_metrics() -> None:
+    dashboard = json.loads((DEPLOY / "grafana" / "gateway-dashboard.json").read_text())
+    assert dashboard["schemaVersion"] == 39
+    exprs = " ".join(
+        target.get("expr", "")
+        for panel in _panels(dashboard["panels"])
+        for target in panel.get("targets", [])
+    )
+    missing = [m for m in DASHBOARD_METRICS if not re.search(rf"\b{m}\b", exprs)]
+    assert not missing, f"dashboard has no panel for {missing}"
+    ids = [panel["id"] for panel in _panels(dashboard["panels"])]
+    assert len(ids) == len(set(ids)), "duplicate panel ids"
+
+
+def test_grafana_provisioning_parses() -> None:
+    provisioning = DEPLOY / "grafana" / "provisioning"
+    datasources = yaml.safe_load((provisioning / "datasources" / "prometheus.yml").read_text())
+    (datasource,) = datasources["datasources"]
+    assert datasource["uid"] == "prometheus"
+    providers = yaml.safe_load((provisioning / "dashboards" / "gateway.yml").read_text())
+    assert providers["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards"
+
+
+# --- Prometheus ----------------------------------------------------------------------------------
+
+
+def test_promtool_check_rules() -> None:
+    result = _promtool("check", "rules", "deploy/prometheus/alerts.yml")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_promtool_check_config() -> None:
+    result = _promtool("check", "config", "deploy/prometheus/prometheus.yml")
+    assert result.returncode == 0, result.stdout + result.stderr
