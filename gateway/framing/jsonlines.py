@@ -1,10 +1,10 @@
 """JSON lines: an incremental reader and the writer. Knows nothing of dialects.
 
 Real servers send one compact object per ``\\n``-terminated line, and that is the fast path:
-split on ``\\n``, ``orjson.loads`` each line. Documentation examples (and a few servers) also print objects
-back to back (``}{``) or pretty-printed over several lines; a line that does not parse on its own
-falls back to a string-aware bracket scanner that cuts concatenated values out of the bytes. A line
-that is neither is a :class:`FramingError`, never a silent end of stream.
+split on ``\\n``, ``orjson.loads`` each line. Documentation examples (and a few servers) also
+print objects back to back (``}{``) or pretty-printed over several lines; a line that does not
+parse on its own falls back to a string-aware bracket scanner that cuts concatenated values out of
+the bytes. A line that is neither is a :class:`FramingError`, never a silent end of stream.
 """
 
 from __future__ import annotations
