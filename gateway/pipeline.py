@@ -169,7 +169,10 @@ class StreamTranslator:
         self._decoder: StreamDecoder = upstream.decoder()
         self._encoder: StreamEncoder = client.encoder(req)
         self._frame: Callable[[bytes], bytes] = encoder_for(client.framing)
-        self._identity = upstream is client
+        # Re-emitting the upstream's own payloads is right only when the client needs nothing of
+        # its own put in: no session state to echo, no session-state spelling to answer in.
+        self._identity = (upstream is client and req.session_state is None
+                          and "session_key" not in req.hints)
         self._req = req
         self._started = False
         self.chunks = 0

@@ -323,8 +323,9 @@ class _Decoder:
             self._sources = sources
             events.append(ContextUpdate(
                 context_with_citations(citations_from_sources(sources)), state))
-        if status == "completed":
-            self._completed = True
+        # the last event decides: in a multi-agent stream one agent's "completed" is followed
+        # by the next agent's "processing" events
+        self._completed = status == "completed"
         return events
 
     def end(self) -> list[StreamEvent]:

@@ -279,7 +279,7 @@ class _Decoder:
 
 class _Encoder:
     __slots__ = ("_agent", "_closed", "_created", "_first", "_id", "_include_usage", "_model",
-                 "_prefix")
+                 "_prefix", "_spoke")
 
     def __init__(self, model: str | None, include_usage: bool) -> None:
         self._id = new_completion_id()
@@ -289,6 +289,7 @@ class _Encoder:
         self._first = True
         self._closed = False
         self._agent: str | None = None
+        self._spoke = False  # any text sent yet (the next agent's header starts a paragraph)
         self._prefix = b""
 
     def _chunk(self, delta: dict[str, Any], reason: str | None = None) -> bytes:
@@ -323,8 +324,9 @@ class _Encoder:
                 out = self._start()
                 text = event.text
                 if event.agent != self._agent:
-                    text = agent_header(event.agent, first=self._agent is None) + text
+                    text = agent_header(event.agent, first=not self._spoke) + text
                     self._agent = event.agent
+                self._spoke = True
                 out.append(self._chunk({"content": text}))
                 return out
             case ContextUpdate():

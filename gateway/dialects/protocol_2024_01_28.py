@@ -246,12 +246,13 @@ class _Decoder:
 
 
 class _Encoder:
-    __slots__ = ("_agent", "_closed", "_first", "_model", "_tail")
+    __slots__ = ("_agent", "_closed", "_first", "_model", "_spoke", "_tail")
 
     def __init__(self, model: str | None) -> None:
         self._first = True
         self._closed = False
         self._agent: str | None = None
+        self._spoke = False  # any text sent yet (the next agent's header starts a paragraph)
         self._model = model
         self._tail = b""
 
@@ -292,8 +293,9 @@ class _Encoder:
                 out = self._start()
                 text = event.text
                 if event.agent != self._agent:
-                    text = agent_header(event.agent, first=self._agent is None) + text
+                    text = agent_header(event.agent, first=not self._spoke) + text
                     self._agent = event.agent
+                self._spoke = True
                 out.append(self._wrap({"delta": {"content": text}, "finish_reason": None,
                                        "index": 0}))
                 return out

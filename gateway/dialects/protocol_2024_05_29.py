@@ -177,13 +177,14 @@ class _Decoder:
 
 
 class _Encoder:
-    __slots__ = ("_agent", "_closed", "_first", "_keys")
+    __slots__ = ("_agent", "_closed", "_first", "_keys", "_spoke")
 
     def __init__(self, session_keys: tuple[str, ...]) -> None:
         self._keys = session_keys
         self._first = True
         self._closed = False
         self._agent: str | None = None
+        self._spoke = False  # any text sent yet (the next agent's header starts a paragraph)
 
     def _line(self, delta: dict[str, Any], context: JSON, state: JSON) -> bytes:
         obj: dict[str, Any] = {"delta": delta}
@@ -211,8 +212,9 @@ class _Encoder:
                 out = self._start()
                 text = event.text
                 if event.agent != self._agent:
-                    text = agent_header(event.agent, first=self._agent is None) + text
+                    text = agent_header(event.agent, first=not self._spoke) + text
                     self._agent = event.agent
+                self._spoke = True
                 out.append(b'{"delta":{"content":' + orjson.dumps(text) + b"}}")
                 return out
             case ContextUpdate():

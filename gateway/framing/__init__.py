@@ -95,6 +95,8 @@ class SniffingReader:
             self.framing = framing
             self._reader = reader_for(framing, self._max)
             data, self._head = self._head, b""
+            if framing == "jsonlines":  # JSON has no BOM; the SSE reader drops its own
+                data = data.removeprefix(b"\xef\xbb\xbf")
         return self._reader.feed(data)
 
     def finish(self) -> list[Any]:

@@ -109,6 +109,10 @@ class JsonLinesReader:
         return out
 
     def _line(self, line: bytes, out: list[Any]) -> None:
+        # Checked here too, not only on the unfinished tail, so that a long line is refused
+        # however the reads happen to split it.
+        if len(line) > self._max_line:
+            raise FramingError(f"a line is longer than {self._max_line} bytes")
         if self._scanner is None or not self._scanner.pending:
             try:
                 out.append(orjson.loads(line))

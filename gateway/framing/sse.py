@@ -55,7 +55,7 @@ class SSEReader:
         self._max = max_event
 
     def feed(self, data: bytes) -> list[SSEEvent]:
-        if self._cr:
+        if self._cr and data:  # an empty read must not forget the pending CR
             self._cr = False
             if data.startswith(b"\n"):
                 data = data[1:]
@@ -90,7 +90,13 @@ class SSEReader:
         return out
 
     def _line(self, raw: bytes, out: list[SSEEvent]) -> None:
+        # The size limit holds however the reads split the stream, not only for the unfinished
+        # tail of one read.
+        if len(raw) > self._max:
+            raise FramingError(f"an event is longer than {self._max} bytes")
         if not raw:
+            if sum(map(len, self._data)) > self._max:
+                raise FramingError(f"an event is longer than {self._max} bytes")
             if self._data:
                 out.append(SSEEvent("\n".join(self._data), self._event or "message",
                                     self._last_id, self._retry))

@@ -1,0 +1,129 @@
+"""Which upstream a request tries, in which order, and whether an upstream is healthy.
+
+Passive outlier ejection: ``failure_threshold`` consecutive failures take an upstream out for
+``ejection_seconds``; then it gets one trial request, and its outcome decides. Active checks (an
+upstream's ``health_url``) mark it up or down the same way. An upstream that is out is skipped
+while another of the route is available, and tried last otherwise (a request is never refused for
+health alone).
+
+State lives per upstream *name* and survives config reloads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+from gateway.config import HealthConfig, RouteConfig, UpstreamConfig
+
+__all__ = ["Balancer", "NoCapacity", "UpstreamState"]
+
+
+class NoCapacity(Exception):
+    """Every slot of the upstream's ``max_inflight`` stayed busy for ``queue_timeout``."""
+
+
+class UpstreamState:
+    __slots__ = ("_slots", "_slots_size", "config", "ejected_until", "failures", "name",
+                 "on_change", "trial")
+
+    def __init__(self, name: str, config: UpstreamConfig,
+                 on_change: Callable[[str, bool], None]) -> None:
+        self.name = name
+        self.config = config
+        self.failures = 0
+        self.ejected_until = 0.0
+        self.trial = False
+        self.on_change = on_change
+        self._slots: asyncio.Semaphore | None = None
+        self._slots_size: int | None = None
+        self.reconfigure(config)
+
+    def reconfigure(self, config: UpstreamConfig) -> None:
+        self.config = config
+        if config.max_inflight != self._slots_size:
+            self._slots_size = config.max_inflight
+            self._slots = asyncio.Semaphore(config.max_inflight) if config.max_inflight else None
+
+    @property
+    def healthy(self) -> bool:
+        return self.ejected_until == 0.0
+
+    def available(self, now: float) -> bool:
+        """May take a request now: healthy, or ejected long enough for its one trial."""
+        if self.healthy:
+            return True
+        return now >= self.ejected_until and not self.trial
+
+    def begin(self, now: float) -> None:
+        if not self.healthy and now >= self.ejected_until:
+            self.trial = True
+
+    def succeeded(self) -> None:
+        self.failures = 0
+        self.trial = False
+        if not self.healthy:
+            self.ejected_until = 0.0
+            self.on_change(self.name, True)
+
+    def failed(self, health: HealthConfig, now: float) -> None:
+        self.failures += 1
+        was_trial, self.trial = self.trial, False
+        if was_trial or (self.healthy and self.failures >= health.failure_threshold):
+            first = self.healthy
+            self.ejected_until = now + health.ejection_seconds
+            if first:
+                self.on_change(self.name, False)
+
+    @asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        slots = self._slots
+        if slots is None:
+            yield
+            return
+        try:
+            async with asyncio.timeout(self.config.queue_timeout):
+                await slots.acquire()
+        except TimeoutError:
+            raise NoCapacity(self.name) from None
+        try:
+            yield
+        finally:
+            slots.release()
+
+
+class Balancer:
+    """Orders a route's upstreams for one request according to its ``strategy``."""
+
+    def __init__(self) -> None:
+        self._counters: dict[str, itertools.count[int]] = {}
+
+    def order(self, route: RouteConfig, states: dict[str, UpstreamState]) -> list[str]:
+        entries = route.upstreams
+        names = [e.name for e in entries]
+        if len(names) > 1:
+            if route.strategy == "round-robin":
+                n = next(self._counters.setdefault(route.path, itertools.count()))
+                k = n % len(names)
+                names = names[k:] + names[:k]
+            elif route.strategy == "weighted":
+                names = _weighted_order(names, [e.weight for e in entries])
+        now = time.monotonic()
+        up = [n for n in names if states[n].available(now)]
+        down = [n for n in names if n not in up]
+        return up + down
+
+
+def _weighted_order(names: list[str], weights: list[float]) -> list[str]:
+    """A weighted random permutation: the first pick follows the weights, then the rest."""
+    names, weights = list(names), list(weights)
+    out: list[str] = []
+    while names:
+        i = random.choices(range(len(names)), weights)[0]
+        out.append(names.pop(i))
+        weights.pop(i)
+    return out

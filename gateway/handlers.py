@@ -1,0 +1,73 @@
+"""HTTP handlers: thin. They find the route and hand the exchange to :mod:`gateway.proxy`."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import orjson
+from aiohttp import web
+
+from gateway.canonical import ChatError
+from gateway.keys import BALANCER, LOG, METRICS, RELOADER, RUNTIME, SESSION
+from gateway.metrics import CONTENT_TYPE_LATEST
+from gateway.proxy import Exchange, error_response
+
+__all__ = ["chat", "healthz", "json_error", "metrics", "readyz", "reload"]
+
+
+def json_error(status: int, message: str, code: str) -> web.Response:
+    """An error outside any route (unknown path, gateway endpoints): one JSON shape that both
+    OpenAI-style and protocol-style clients can show."""
+    return web.Response(status=status, content_type="application/json", body=orjson.dumps(
+        {"error": {"message": message, "code": code}}))
+
+
+async def chat(request: web.Request) -> web.StreamResponse:
+    runtime = request.app[RUNTIME].current
+    entry = runtime.route_for(request.path)
+    if entry is None:
+        return json_error(404, f"no route for {request.path}", "NOT_FOUND")
+    if request.method == "OPTIONS" and runtime.config.server.cors.allow_origins:
+        return web.Response(status=204)  # the CORS headers are added as it is prepared
+    if request.method != "POST":
+        resp = error_response(entry.client, ChatError(
+            405, f"{request.method} is not allowed here; use POST", code="METHOD_NOT_ALLOWED"))
+        resp.headers["Allow"] = "POST, OPTIONS"
+        return resp
+    exchange = Exchange(request, runtime, entry, request.app[SESSION], request.app[METRICS],
+                        request.app[BALANCER], request.app[LOG])
+    return await exchange.run()
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    runtime = request.app[RUNTIME].current
+    down = runtime.down_routes()
+    unhealthy = sorted(n for n, s in runtime.states.items() if not s.healthy)
+    body = {"status": "ok" if not down else "unavailable", "routes_down": down,
+            "upstreams_down": unhealthy}
+    return web.json_response(body, status=503 if down else 200)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    return web.Response(body=request.app[METRICS].render(),
+                        headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def reload(request: web.Request) -> web.Response:
+    """``POST /admin/reload``: answered only to loopback clients."""
+    peer = request.remote or ""
+    try:
+        local = ipaddress.ip_address(peer).is_loopback
+    except ValueError:
+        local = False
+    if not local or not request.app[RUNTIME].current.config.server.admin:
+        return json_error(403, "the admin endpoint answers only on loopback", "FORBIDDEN")
+    problems = await request.app[RELOADER]()
+    if problems:
+        return web.json_response({"status": "refused", "problems": [
+            {"where": w, "problem": m} for w, m in problems]}, status=400)
+    return web.json_response({"status": "reloaded"})

@@ -1,0 +1,93 @@
+"""Prometheus metrics. Names and labels are a public contract (see docs/operations.md).
+
+Each app owns its registry (tests run several apps in one process). With ``--workers N`` the
+workers write prometheus-client's multiprocess files (``PROMETHEUS_MULTIPROC_DIR``) and ``/metrics``
+sums them, so any worker answers for all.
+"""
+
+from __future__ import annotations
+
+import os
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.multiprocess import MultiProcessCollector
+
+__all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
+
+_LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+_OVERHEAD = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
+_ROUTE = ("route", "client_dialect", "upstream", "upstream_dialect")
+
+
+def _multiprocess() -> bool:
+    return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+
+
+class Metrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "gateway_requests_total", "Requests answered, by final HTTP status.",
+            [*_ROUTE, "status"], registry=r)
+        self.request_duration = Histogram(
+            "gateway_request_duration_seconds", "Request received to last byte sent.",
+            [*_ROUTE, "stream"], buckets=_LATENCY, registry=r)
+        self.upstream_duration = Histogram(
+            "gateway_upstream_duration_seconds", "Upstream request sent to its last byte.",
+            ["upstream"], buckets=_LATENCY, registry=r)
+        self.ttft = Histogram(
+            "gateway_time_to_first_token_seconds",
+            "Request received to the first answer text sent to the client.",
+            ["route", "upstream"], buckets=_LATENCY, registry=r)
+        self.overhead = Histogram(
+            "gateway_overhead_seconds",
+            "Time spent in the gateway itself: total minus waiting on the upstream and on the "
+            "client's socket.", ["route"], buckets=_OVERHEAD, registry=r)
+        self.stream_chunks = Counter(
+            "gateway_stream_chunks_total", "Stream frames sent to clients.",
+            ["route", "upstream"], registry=r)
+        self.inflight = Gauge(
+            "gateway_inflight_requests", "Requests being served.", ["route"],
+            multiprocess_mode="livesum", registry=r)
+        self.upstream_errors = Counter(
+            "gateway_upstream_errors_total",
+            "Upstream failures by kind: connect, timeout, status, malformed.",
+            ["upstream", "kind"], registry=r)
+        self.client_disconnects = Counter(
+            "gateway_client_disconnects_total", "Clients that went away before the end.",
+            ["route"], registry=r)
+        self.tokens = Counter(
+            "gateway_tokens_total", "Tokens reported by upstreams (prompt, completion).",
+            ["upstream", "kind"], registry=r)
+        self.attempts = Counter(
+            "gateway_upstream_attempts_total",
+            "Upstream attempts by outcome (ok, connect, timeout, status, malformed, rejected).",
+            ["upstream", "outcome"], registry=r)
+        self.upstream_healthy = Gauge(
+            "gateway_upstream_healthy", "1 while the upstream takes traffic, 0 while ejected.",
+            ["upstream"], multiprocess_mode="liveall", registry=r)
+        self.config_reloads = Counter(
+            "gateway_config_reloads_total", "Config reloads by result (ok, invalid).",
+            ["result"], registry=r)
+
+    def render(self) -> bytes:
+        if _multiprocess():
+            registry = CollectorRegistry()
+            MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+            return generate_latest(registry)
+        return generate_latest(self.registry)
+
+    def count_usage(self, upstream: str, usage: object) -> None:
+        if not isinstance(usage, dict):
+            return
+        for kind in ("prompt", "completion"):
+            n = usage.get(f"{kind}_tokens")
+            if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+                self.tokens.labels(upstream, kind).inc(n)

@@ -1,0 +1,69 @@
+"""What one loaded config means at run time: the route table and the upstream states.
+
+A reload builds a new :class:`Runtime` and swaps it in; a request keeps the one it started with,
+so in-flight requests finish on their config. Upstream health state is keyed by upstream name and
+carried over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gateway.balancer import UpstreamState
+from gateway.config import GatewayConfig, RouteConfig
+from gateway.dialects import Dialect, get
+
+__all__ = ["RouteEntry", "Runtime", "normalize_path"]
+
+
+@dataclass(frozen=True, slots=True)
+class RouteEntry:
+    config: RouteConfig
+    client: Dialect
+    stream: bool | None
+    """Fixed by the path (protocol-2024-05-29's ``/stream``), else ``None``: the body decides."""
+    stream_content_type: str
+
+
+class Runtime:
+    def __init__(self, config: GatewayConfig, states: dict[str, UpstreamState],
+                 on_health_change: Callable[[str, bool], None]) -> None:
+        self.config = config
+        self.routes: dict[str, RouteEntry] = {}
+        for route in config.routes:
+            client = get(route.dialect)
+            ctype = client.stream_content_type
+            if client.framing == "jsonlines" and route.content_type:
+                ctype = route.content_type
+            paths = config.served_paths(route)
+            if len(paths) == 2:
+                self.routes[paths[0]] = RouteEntry(route, client, False, ctype)
+                self.routes[paths[1]] = RouteEntry(route, client, True, ctype)
+            else:
+                self.routes[paths[0]] = RouteEntry(route, client, None, ctype)
+        for name, up in config.upstreams.items():
+            if name in states:
+                states[name].reconfigure(up)
+            else:
+                states[name] = UpstreamState(name, up, on_health_change)
+        for name in list(states):
+            if name not in config.upstreams:
+                del states[name]
+        self.states = states
+
+    def route_for(self, path: str) -> RouteEntry | None:
+        return self.routes.get(normalize_path(path))
+
+    def down_routes(self) -> dict[str, list[str]]:
+        """Routes with no upstream able to take traffic, with their upstreams."""
+        out: dict[str, list[str]] = {}
+        for route in self.config.routes:
+            names = [u.name for u in route.upstreams]
+            if not any(self.states[n].healthy for n in names):
+                out[route.path] = names
+        return out
+
+
+def normalize_path(path: str) -> str:
+    return path.rstrip("/") or "/"

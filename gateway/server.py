@@ -1,0 +1,139 @@
+"""Running the app: one worker, or N workers sharing one port with SO_REUSEPORT.
+
+Why SO_REUSEPORT and a tiny supervisor rather than gunicorn: no extra dependency, the kernel
+spreads connections across workers, and each worker is the same asyncio server as with one
+worker (so SIGHUP reload and SIGTERM drain behave the same). The supervisor forwards SIGTERM and
+SIGHUP to the workers and restarts a worker that dies. Metrics are summed across workers through
+prometheus-client's multiprocess mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import multiprocessing
+import os
+import shutil
+import signal
+import tempfile
+import time
+
+from aiohttp import web
+
+from gateway.app import create_app
+from gateway.config import GatewayConfig, load_config
+from gateway.keys import RELOADER
+from gateway.log import configure_logging, get_logger
+
+__all__ = ["run_server", "serve_forever"]
+
+
+async def serve_forever(config: GatewayConfig, config_path: str | None, host: str, port: int,
+                        *, reuse_port: bool = False, on_ready: asyncio.Event | None = None,
+                        stop: asyncio.Event | None = None) -> None:
+    """Serve until SIGTERM/SIGINT (or ``stop``); then stop accepting and let in-flight requests
+    finish within ``server.shutdown_grace``."""
+    log = get_logger()
+    app = create_app(config, config_path=config_path)
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
+                           shutdown_timeout=config.server.shutdown_grace)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, reuse_port=reuse_port or None, backlog=1024)
+    await site.start()
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    pending: set[asyncio.Task[object]] = set()
+
+    def reload() -> None:
+        task = asyncio.ensure_future(app[RELOADER]())
+        pending.add(task)
+        task.add_done_callback(pending.discard)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, reload)
+    log.info("listening", host=host, port=port, pid=os.getpid(), routes=len(config.routes))
+    if on_ready is not None:
+        on_ready.set()
+    try:
+        await stop.wait()
+        log.info("draining", grace_seconds=config.server.shutdown_grace)
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            loop.remove_signal_handler(sig)
+        await runner.cleanup()
+        log.info("stopped")
+
+
+def _worker(config_path: str, host: str, port: int, log_format: str | None) -> None:
+    config = load_config(config_path)
+    configure_logging(log_format or config.logging.format, config.logging.level)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve_forever(config, config_path, host, port, reuse_port=True))
+
+
+def run_server(config: GatewayConfig, config_path: str, host: str, port: int, workers: int,
+               log_format: str | None) -> int:
+    configure_logging(log_format or config.logging.format, config.logging.level)
+    if workers <= 1:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(serve_forever(config, config_path, host, port))
+        return 0
+    return _supervise(config_path, host, port, workers, log_format)
+
+
+def _supervise(config_path: str, host: str, port: int, workers: int,
+               log_format: str | None) -> int:
+    log = get_logger()
+    own_dir = None
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        own_dir = tempfile.mkdtemp(prefix="chat-gateway-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = own_dir
+    ctx = multiprocessing.get_context("spawn")
+    procs: list[multiprocessing.process.BaseProcess] = []
+    stopping = False
+
+    def spawn() -> multiprocessing.process.BaseProcess:
+        p = ctx.Process(target=_worker, args=(config_path, host, port, log_format), daemon=False)
+        p.start()
+        return p
+
+    def forward(sig: int, _frame: object) -> None:
+        nonlocal stopping
+        if sig in (signal.SIGTERM, signal.SIGINT):
+            stopping = True
+        for p in procs:
+            if p.pid and p.is_alive():
+                os.kill(p.pid, sig)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, forward)
+    procs.extend(spawn() for _ in range(workers))
+    log.info("supervisor", workers=workers, pid=os.getpid())
+    restarts = 0
+    try:
+        while procs:
+            time.sleep(0.2)
+            for i, p in enumerate(list(procs)):
+                if p.is_alive():
+                    continue
+                _mark_dead(p.pid)
+                if stopping or restarts >= 10 * workers:
+                    procs.remove(p)
+                    continue
+                restarts += 1
+                log.warning("worker_restarted", pid=p.pid, exitcode=p.exitcode)
+                procs[i] = spawn()
+    finally:
+        if own_dir:
+            shutil.rmtree(own_dir, ignore_errors=True)
+    return 0
+
+
+def _mark_dead(pid: int | None) -> None:
+    if pid is None:
+        return
+    from prometheus_client import multiprocess
+
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
