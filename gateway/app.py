@@ -16,10 +16,20 @@ from gateway import handlers, status
 from gateway.balancer import Balancer, UpstreamState
 from gateway.config import GatewayConfig, load_config
 from gateway.errors import ConfigError
-from gateway.keys import BALANCER, LOG, METRICS, RELOADER, RUNTIME, SESSION, RuntimeHolder
+from gateway.keys import (
+    BALANCER,
+    LOG,
+    METRICS,
+    RECENT,
+    RELOADER,
+    RUNTIME,
+    SESSION,
+    RuntimeHolder,
+)
 from gateway.log import get_logger
 from gateway.metrics import Metrics
 from gateway.runtime import Runtime
+from gateway.traffic import RecentTraffic
 
 __all__ = ["create_app"]
 
@@ -41,6 +51,7 @@ def create_app(config: GatewayConfig, *, config_path: str | Path | None = None,
     app[RUNTIME] = holder
     app[METRICS] = m
     app[BALANCER] = Balancer()
+    app[RECENT] = RecentTraffic()
     app[LOG] = log
 
     async def reloader() -> list[tuple[str, str]]:

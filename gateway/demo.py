@@ -87,12 +87,21 @@ def demo_backend_app(dialect_name: str) -> web.Application:
         await resp.write_eof()
         return resp
 
+    async def whole(request: web.Request) -> web.StreamResponse:
+        return await answer(request, False)
+
+    async def streamed(request: web.Request) -> web.StreamResponse:
+        return await answer(request, True)
+
+    async def either(request: web.Request) -> web.StreamResponse:
+        return await answer(request, None)
+
     app = web.Application()
     if dialect_name == "protocol-2024-05-29":
-        app.router.add_post(path, lambda r: answer(r, False))
-        app.router.add_post(path + "/stream", lambda r: answer(r, True))
+        app.router.add_post(path, whole)
+        app.router.add_post(path + "/stream", streamed)
     else:
-        app.router.add_post(path, lambda r: answer(r, None))
+        app.router.add_post(path, either)
     return app
 
 

@@ -11,8 +11,10 @@ from aiohttp import web
 from gateway.balancer import Balancer
 from gateway.metrics import Metrics
 from gateway.runtime import Runtime
+from gateway.traffic import RecentTraffic
 
-__all__ = ["BALANCER", "LOG", "METRICS", "RELOADER", "RUNTIME", "SESSION", "RuntimeHolder"]
+__all__ = ["BALANCER", "LOG", "METRICS", "RECENT", "RELOADER", "RUNTIME", "SESSION",
+           "RuntimeHolder"]
 
 
 class RuntimeHolder:
@@ -26,6 +28,7 @@ class RuntimeHolder:
 
 RUNTIME = web.AppKey("runtime", RuntimeHolder)
 SESSION = web.AppKey("session", aiohttp.ClientSession)
+RECENT = web.AppKey("recent", RecentTraffic)
 METRICS = web.AppKey("metrics", Metrics)
 BALANCER = web.AppKey("balancer", Balancer)
 LOG: web.AppKey[Any] = web.AppKey("log")

@@ -158,7 +158,7 @@ class StreamTranslator:
     off as a clean finish.
     """
 
-    __slots__ = ("_decoder", "_encoder", "_frame", "_identity", "_reader", "_req",
+    __slots__ = ("_decoder", "_encoder", "_frame", "_identity", "_reader", "_req", "_same",
                  "_started", "broken", "chunks", "done", "error", "text_chars", "usage")
 
     def __init__(
@@ -169,10 +169,11 @@ class StreamTranslator:
         self._decoder: StreamDecoder = upstream.decoder()
         self._encoder: StreamEncoder = client.encoder(req)
         self._frame: Callable[[bytes], bytes] = encoder_for(client.framing)
-        # Re-emitting the upstream's own payloads is right only when the client needs nothing of
-        # its own put in: no session state to echo, no session-state spelling to answer in.
-        self._identity = (upstream is client and req.session_state is None
-                          and "session_key" not in req.hints)
+        # Same dialect both sides: the upstream's own payloads are re-emitted, unless the client
+        # needs something of its own put in: the session-state spelling it used, or (decided on
+        # the first payload) its session state echoed because the upstream sends none.
+        self._same = upstream is client and "session_key" not in req.hints
+        self._identity = False
         self._req = req
         self._started = False
         self.chunks = 0
@@ -233,6 +234,10 @@ class StreamTranslator:
                 out.append(self._fail(StreamError(
                     f"the upstream sent a malformed chunk: {e.message}")))
                 break
+            if self._same:
+                self._same = False
+                self._identity = self._req.session_state is None or any(
+                    isinstance(e, StreamStart) and e.session_state is not None for e in events)
             if self._identity and not any(isinstance(e, StreamError) for e in events):
                 self._observe(events)
                 raw = payload.text.encode() if isinstance(payload, RawData) else \

@@ -24,6 +24,7 @@ from gateway.config import UpstreamConfig
 from gateway.dialects import Dialect, get
 from gateway.errors import ParseError, UpstreamError
 from gateway.framing import encoder_for
+from gateway.keys import RECENT
 from gateway.metrics import Metrics
 from gateway.pipeline import (
     StreamTranslator,
@@ -32,7 +33,6 @@ from gateway.pipeline import (
     with_session_echo,
 )
 from gateway.runtime import RouteEntry, Runtime
-from gateway.status import RECENT
 from gateway.upstream import UpstreamCall, open_upstream
 
 __all__ = ["Exchange", "error_response"]
@@ -426,7 +426,7 @@ class Exchange:
         labels = (route, self.client.name, o.upstream, o.upstream_dialect)
         m = self.metrics
         m.requests.labels(*labels, str(o.status)).inc()
-        RECENT.add(route, total, o.status)
+        self.request.app[RECENT].add(route, total, o.status)
         m.request_duration.labels(*labels, "true" if o.stream else "false").observe(total)
         m.overhead.labels(route).observe(max(0.0, total - o.upstream_wait - o.client_wait))
         ttft = None

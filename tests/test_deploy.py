@@ -246,3 +246,14 @@ def test_promtool_check_rules() -> None:
 def test_promtool_check_config() -> None:
     result = _promtool("check", "config", "deploy/prometheus/prometheus.yml")
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_example_configs_validate() -> None:
+    """Every config shipped in the repo passes the gateway's own validation."""
+    from gateway.config import parse_config
+
+    configmap = yaml.safe_load((ROOT / "deploy/kubernetes/configmap.yaml").read_text())
+    embedded = yaml.safe_load(configmap["data"]["config.yaml"])
+    parse_config(embedded, env={"OPENAI_API_KEY": "sk-test"})
+    for path in ("config/demo.yaml", "config/compose.yaml"):
+        parse_config(yaml.safe_load((ROOT / path).read_text()), env={})

@@ -136,7 +136,8 @@ class ChatUIDialect:
             messages=messages,
             stream=bool(stream),
             session_state=conversation if isinstance(conversation, str) else None,
-            extras=split_known(obj, _REQUEST_KEYS),
+            # "stream" stays in extras so that a same-dialect render keeps an explicit false
+            extras=split_known(obj, _REQUEST_KEYS - {"stream"}),
             extras_dialect=NAME,
         )
 
@@ -208,7 +209,9 @@ class ChatUIDialect:
 
     def render_response(self, resp: ChatResponse, req: ChatRequest) -> JSON:
         same = resp.extras_dialect == NAME
-        conversation = resp.session_state if isinstance(resp.session_state, str) else None
+        # a state chatui cannot carry leaves the client its own conversationId (as streams do)
+        conversation = next(
+            (s for s in (resp.session_state, req.session_state) if isinstance(s, str)), None)
         sources = sources_of(resp.context)
         out: list[dict[str, Any]] = []
         for i, m in enumerate(resp.messages):

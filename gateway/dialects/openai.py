@@ -87,7 +87,8 @@ class OpenAIDialect:
             stream=bool(stream),
             model=model,
             sampling=sampling,
-            extras=split_known(obj, _REQUEST_KEYS),
+            # "stream" stays in extras so that a same-dialect render keeps an explicit false
+            extras=split_known(obj, _REQUEST_KEYS - {"stream"}),
             extras_dialect=NAME,
             hints={"include_usage": _include_usage(obj)},
         )
@@ -113,8 +114,10 @@ class OpenAIDialect:
             out["stream"] = True
             if not same:
                 out["stream_options"] = {"include_usage": True}
-        elif (same and "stream" in req.extras) or req.stream:
-            out["stream"] = False
+        else:
+            out.pop("stream_options", None)  # OpenAI rejects it unless streaming
+            if (same and "stream" in req.extras) or req.stream:
+                out["stream"] = False
         return out
 
     def parse_response(self, body: JSON) -> ChatResponse:
