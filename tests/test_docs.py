@@ -1,0 +1,35 @@
+"""The configs the docs show are configs the gateway accepts."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gateway.config import parse_config
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV = {"OPENAI_API_KEY": "sk-test", "GATEWAY_KEY": "gw-test", "VLLM_API_KEY": "v-test"}
+
+
+def _yaml_blocks(path: str) -> list[str]:
+    return re.findall(r"```yaml\n(.*?)```", (ROOT / path).read_text(), re.S)
+
+
+@pytest.mark.parametrize("path", ["README.md", "docs/scenarios.md"])
+def test_documented_configs_validate(path: str) -> None:
+    blocks = [b for b in _yaml_blocks(path) if "routes:" in b]
+    assert blocks, f"{path} shows no config"
+    for block in blocks:
+        parse_config(yaml.safe_load(block), env=ENV)
+
+
+def test_readme_first_screen_has_the_two_commands() -> None:
+    head = (ROOT / "README.md").read_text().split("---", 1)[0]
+    commands = re.findall(r"^make (\w+)", head, re.M)
+    assert commands == ["demo", "test"]
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^demo:", makefile, re.M) and re.search(r"^test:", makefile, re.M)
+    assert "make test" in (ROOT / ".ci/run").read_text()
