@@ -1,0 +1,159 @@
+"""The load driver: closed-loop asyncio workers on one aiohttp ``ClientSession``.
+
+``concurrency`` workers each send a request, read the whole answer, check it and send the next,
+from the start of the warm-up to the end of the measured window. What completes inside the window
+[t0, t1] is counted: throughput is completions / (t1 - t0); latency is request start to last body
+byte; TTFB (streams) is request start to the first body byte. Every answer's text is reassembled
+the way a client of that dialect would (``wire.stream_text``) and compared with the mock's text:
+a mismatch, a non-200 status or a transport error counts as an error, not as a request.
+
+Why not wrk/hey/oha: they need an install, and none reports per-stream time to first byte or can
+check that a translated stream reassembles to the right text. The driver's own cost is the same
+for every configuration of a run, and it runs on its own core (see ``run.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import wire
+from aiohttp import ClientSession, ClientTimeout, TCPConnector
+from yarl import URL
+
+
+@dataclass(slots=True)
+class Target:
+    url: str
+    dialect: str
+    """The client dialect spoken to ``url`` (short name)."""
+    stream: bool
+    expected: str
+
+
+@dataclass(slots=True)
+class RunResult:
+    duration: float
+    requests: int = 0
+    errors: int = 0
+    latencies: list[float] = field(default_factory=list)
+    ttfbs: list[float] = field(default_factory=list)
+    error_samples: list[str] = field(default_factory=list)
+    in_flight_at_end: int = 0
+
+    def summary(self) -> dict[str, Any]:
+        lat, ttfb = sorted(self.latencies), sorted(self.ttfbs)
+        return {
+            "duration_s": round(self.duration, 3),
+            "requests": self.requests,
+            "errors": self.errors,
+            "rps": self.requests / self.duration if self.duration > 0 else 0.0,
+            "p50_ms": pct(lat, 0.50) * 1e3 if lat else None,
+            "p99_ms": pct(lat, 0.99) * 1e3 if lat else None,
+            "ttfb_p50_ms": pct(ttfb, 0.50) * 1e3 if ttfb else None,
+            "ttfb_p99_ms": pct(ttfb, 0.99) * 1e3 if ttfb else None,
+            "error_samples": self.error_samples,
+        }
+
+
+def pct(sorted_values: list[float], q: float) -> float:
+    """Nearest-rank percentile of an already sorted list."""
+    if not sorted_values:
+        return float("nan")
+    i = min(len(sorted_values) - 1, max(0, int(q * len(sorted_values) + 0.5) - 1))
+    return sorted_values[i]
+
+
+Hook = Callable[[], Awaitable[None]]
+
+
+async def _noop() -> None:
+    return None
+
+
+async def run_load(
+    target: Target, *, concurrency: int, warmup: float, duration: float,
+    request_timeout: float = 30.0, on_start: Hook = _noop, on_end: Hook = _noop,
+) -> RunResult:
+    """Warm up for ``warmup`` s, then measure ``duration`` s. ``on_start``/``on_end`` run at the
+    window's edges (while the load goes on) and may snapshot counters of the server under test.
+    Returns once every worker finished its last request (bounded by ``request_timeout``)."""
+    body, headers = wire.request(target.dialect, target.stream)
+    url = URL(target.url, encoded=True)
+    stream, dialect, expected = target.stream, target.dialect, target.expected
+    clock = time.perf_counter
+    result = RunResult(duration)
+    connector = TCPConnector(limit=concurrency, limit_per_host=concurrency, force_close=False,
+                             enable_cleanup_closed=False, ttl_dns_cache=None)
+    session = ClientSession(connector=connector, timeout=ClientTimeout(total=request_timeout),
+                            auto_decompress=False, skip_auto_headers=("User-Agent",))
+    begin = clock()
+    t0 = begin + warmup
+    t1 = t0 + duration
+    in_flight = 0
+
+    def record(start: float, end: float, first: float | None, error: str | None) -> None:
+        if not t0 <= end <= t1:
+            return
+        if error is not None:
+            result.errors += 1
+            if len(result.error_samples) < 5:
+                result.error_samples.append(error)
+            return
+        result.requests += 1
+        result.latencies.append(end - start)
+        if first is not None:
+            result.ttfbs.append(first - start)
+
+    async def one() -> None:
+        start = clock()
+        first: float | None = None
+        error: str | None = None
+        try:
+            async with session.post(url, data=body, headers=headers) as resp:
+                if stream:
+                    parts = []
+                    async for data in resp.content.iter_any():
+                        if first is None:
+                            first = clock()
+                        parts.append(data)
+                    raw = b"".join(parts)
+                else:
+                    raw = await resp.read()
+                end = clock()
+                if resp.status != 200:
+                    error = f"HTTP {resp.status}: {raw[:200]!r}"
+                else:
+                    text = wire.stream_text(dialect, raw) if stream else \
+                        wire.whole_text(dialect, raw)
+                    if text != expected:
+                        error = f"text mismatch: got {text[:60]!r}… ({len(text)} chars)"
+        except wire.WireError as e:
+            end, error = clock(), str(e)
+        except Exception as e:  # any failure is counted as an error, and the load goes on
+            end, error = clock(), f"{type(e).__name__}: {e}"
+        record(start, end, first, error)
+
+    async def worker() -> None:
+        nonlocal in_flight
+        while clock() < t1:
+            in_flight += 1
+            await one()
+            in_flight -= 1
+
+    async def edges() -> None:
+        await asyncio.sleep(max(0.0, t0 - clock()))
+        await on_start()
+        await asyncio.sleep(max(0.0, t1 - clock()))
+        result.in_flight_at_end = in_flight
+        await on_end()
+
+    try:
+        async with asyncio.timeout(warmup + duration + request_timeout + 10):
+            await asyncio.gather(edges(), *(worker() for _ in range(concurrency)))
+    finally:
+        await session.close()
+    return result
