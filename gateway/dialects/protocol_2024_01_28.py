@@ -242,6 +242,8 @@ class _Decoder:
         if self._failed:
             return []
         self._failed = True  # nothing may follow the end
+        if not self._started:  # not one chunk: the body was lost, not an empty answer
+            return [StreamError("the upstream stream ended before it began")]
         return [StreamFinish(self._reason or "stop", self._usage)]
 
 

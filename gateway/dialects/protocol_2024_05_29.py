@@ -173,6 +173,8 @@ class _Decoder:
         if self._ended:
             return []
         self._ended = True
+        if not self._started:  # not one line: the body was lost, not an empty answer
+            return [StreamError("the upstream stream ended before it began")]
         return [StreamFinish()]
 
 

@@ -1,0 +1,188 @@
+"""Unit tests of the canonical model's helpers (gateway/canonical.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.canonical import (
+    AssistantMessage,
+    ChatResponse,
+    Citation,
+    agent_header,
+    citations_of,
+    context_with_citations,
+    followups_of,
+    merge_context,
+)
+
+DP = {"text": ["a.pdf#page=1: first snippet"], "citations": ["a.pdf#page=1"]}
+
+
+# --- merge_context -------------------------------------------------------------------------------
+
+
+def test_merge_context_later_keys_win() -> None:
+    old = {"data_points": DP, "thoughts": [1], "followup_questions": None}
+    new = {"thoughts": [2], "followup_questions": ["Why?"]}
+    assert merge_context(old, new) == {
+        "data_points": DP, "thoughts": [2], "followup_questions": ["Why?"]}
+
+
+def test_merge_context_is_shallow_and_does_not_mutate() -> None:
+    old = {"data_points": {"text": ["x: 1"], "images": []}}
+    new = {"data_points": {"text": ["y: 2"]}}
+    merged = merge_context(old, new)
+    assert merged == {"data_points": {"text": ["y: 2"]}}
+    assert old == {"data_points": {"text": ["x: 1"], "images": []}}
+
+
+def test_merge_context_flattens_nested_context() -> None:
+    # the reference backend's last stream line: context.context plus followup_questions
+    first = {"data_points": DP, "followup_questions": None, "answer": None}
+    last = {"context": {"data_points": DP, "followup_questions": None, "answer": None},
+            "followup_questions": ["What is the capital of Spain?"]}
+    merged = merge_context(first, last)
+    assert "context" not in merged
+    assert merged["followup_questions"] == ["What is the capital of Spain?"]
+    assert merged["data_points"] == DP
+
+
+def test_merge_context_nested_twice_and_outer_wins() -> None:
+    nested = {"context": {"context": {"thoughts": ["deep"], "x": 1}, "x": 2}, "x": 3}
+    assert merge_context(None, nested) == {"thoughts": ["deep"], "x": 3}
+
+
+def test_merge_context_with_missing_sides() -> None:
+    assert merge_context(None, None) is None
+    assert merge_context(None, {"a": 1}) == {"a": 1}
+    assert merge_context({"a": 1}, None) == {"a": 1}
+    assert merge_context({"a": 1}, "not an object") == {"a": 1}
+    assert merge_context("junk", {"a": 1}) == {"a": 1}
+
+
+# --- citations_of --------------------------------------------------------------------------------
+
+
+def test_citations_of_splits_on_first_colon_space() -> None:
+    ctx = {"data_points": {"text": [
+        "Northwind.pdf#page=91:    Tips: be careful: really",
+        "https://example.com/x: web result",
+    ]}}
+    assert citations_of(ctx) == [
+        Citation("Northwind.pdf#page=91", "Northwind.pdf#page=91", None,
+                 "   Tips: be careful: really"),
+        Citation("https://example.com/x", "https://example.com/x", "https://example.com/x",
+                 "web result"),
+    ]
+
+
+def test_citations_of_entry_without_separator_has_no_snippet() -> None:
+    ctx = {"data_points": {"text": ["just-a-name.pdf", "time:12:30"]}}
+    assert citations_of(ctx) == [
+        Citation("just-a-name.pdf", "just-a-name.pdf", None, None),
+        Citation("time:12:30", "time:12:30", None, None),
+    ]
+
+
+def test_citations_of_adds_citations_not_already_named() -> None:
+    ctx = {"data_points": {
+        "text": ["a.pdf: alpha", "b.pdf: beta"],
+        "citations": ["a.pdf", "c.pdf", "https://e.com/d", "c.pdf"],
+        "images": [{"url": "data:image/png;base64,AAAA", "detail": "auto"}],
+    }}
+    assert citations_of(ctx) == [
+        Citation("a.pdf", "a.pdf", None, "alpha"),
+        Citation("b.pdf", "b.pdf", None, "beta"),
+        Citation("c.pdf", "c.pdf", None, None),
+        Citation("https://e.com/d", "https://e.com/d", "https://e.com/d", None),
+    ]
+
+
+def test_citations_of_keeps_duplicate_text_entries() -> None:
+    # the spec's own example names page 91 twice, with two snippets
+    ctx = {"data_points": {"text": ["p.pdf#page=91: one", "p.pdf#page=91: two"]}}
+    assert [c.snippet for c in citations_of(ctx)] == ["one", "two"]
+
+
+def test_citations_of_nested_context_and_junk() -> None:
+    assert citations_of({"context": {"data_points": DP}}) == [
+        Citation("a.pdf#page=1", "a.pdf#page=1", None, "first snippet")]
+    assert citations_of(None) == []
+    assert citations_of({"data_points": None}) == []
+    assert citations_of({"data_points": {"text": [1, None, "ok: yes"]}}) == [
+        Citation("ok", "ok", None, "yes")]
+
+
+# --- context_with_citations ----------------------------------------------------------------------
+
+
+def test_context_with_citations_builds_recommended_shape() -> None:
+    cites = [
+        Citation("source-123", "Intro to QC", "https://example.com/q", "Qubits."),
+        Citation("b.pdf", "b.pdf", None, None),
+        Citation("c-id", None, None, "snippet with no title"),
+    ]
+    assert context_with_citations(cites) == {"data_points": {
+        "text": ["Intro to QC: Qubits.", "c-id: snippet with no title"],
+        "citations": ["https://example.com/q", "b.pdf", "c-id"],
+    }}
+
+
+def test_context_with_citations_keeps_base_and_other_data_points() -> None:
+    base: dict[str, Any] = {"thoughts": ["t"],
+                            "data_points": {"images": ["i"], "text": ["old: x"]}}
+    out = context_with_citations([Citation("n", "n", None, "s")], base)
+    assert out == {"thoughts": ["t"],
+                   "data_points": {"images": ["i"], "text": ["n: s"], "citations": ["n"]}}
+    assert base["data_points"]["text"] == ["old: x"]  # not mutated
+
+
+def test_context_with_citations_without_citations_returns_base() -> None:
+    assert context_with_citations([]) is None
+    base = {"a": 1}
+    assert context_with_citations([], base) is base
+
+
+def test_citations_round_trip_through_context() -> None:
+    cites = [Citation("a.pdf#page=3", "a.pdf#page=3", None, "x: y"),
+             Citation("https://e.com", "https://e.com", "https://e.com", "web"),
+             Citation("n.txt", "n.txt", None, None)]
+    assert citations_of(context_with_citations(cites)) == cites
+
+
+# --- followups_of, agent_header, ChatResponse.text ---------------------------------------------
+
+
+def test_followups_of() -> None:
+    assert followups_of({"followup_questions": ["a?", 3, "b?"]}) == ["a?", "b?"]
+    assert followups_of({"context": {"x": 1}, "followup_questions": ["q?"]}) == ["q?"]
+    assert followups_of({"context": {"followup_questions": ["inner?"]}}) == ["inner?"]
+    assert followups_of({"followup_questions": None}) == []
+    assert followups_of(None) == []
+
+
+def test_agent_header() -> None:
+    assert agent_header("Research", first=True) == "**Research:** "
+    assert agent_header("Code", first=False) == "\n\n**Code:** "
+    assert agent_header(None, first=True) == ""
+    assert agent_header(None, first=False) == "\n\n"
+
+
+def test_text_of_single_message_is_its_content() -> None:
+    assert ChatResponse([AssistantMessage("héllo 👋\n")]).text == "héllo 👋\n"
+
+
+def test_text_of_multi_agent_answer() -> None:
+    resp = ChatResponse([AssistantMessage("one", agent="Research"),
+                         AssistantMessage("two", agent="Code")])
+    assert resp.text == "**Research:** one\n\n**Code:** two"
+
+
+def test_text_of_single_named_agent_has_header() -> None:
+    assert ChatResponse([AssistantMessage("hi", agent="Bot")]).text == "**Bot:** hi"
+
+
+def test_text_of_mixed_named_and_unnamed() -> None:
+    resp = ChatResponse([AssistantMessage("a"), AssistantMessage("b", agent="B"),
+                         AssistantMessage("c")])
+    assert resp.text == "a\n\n**B:** b\n\nc"
