@@ -63,7 +63,11 @@ def create_app(config: GatewayConfig, *, config_path: str | Path | None = None,
             m.config_reloads.labels("invalid").inc()
             log.error("config_reload_refused", problems=[f"{w}: {p}" for w, p in e.problems])
             return e.problems
+        gone = set(holder.current.config.upstreams) - set(new.upstreams)
         holder.current = Runtime(new, states, on_health)
+        for name in gone:  # no stale series for an upstream that is no more
+            with contextlib.suppress(KeyError):
+                m.upstream_healthy.remove(name)
         for name in new.upstreams:
             m.upstream_healthy.labels(name).set(1 if states[name].healthy else 0)
         m.config_reloads.labels("ok").inc()

@@ -50,7 +50,9 @@ class Runtime:
         for name in list(states):
             if name not in config.upstreams:
                 del states[name]
-        self.states = states
+        # This runtime's own view: a request that started on it keeps finding the upstreams of
+        # its config even after a reload dropped some from the shared registry.
+        self.states = {name: states[name] for name in config.upstreams}
 
     def route_for(self, path: str) -> RouteEntry | None:
         return self.routes.get(normalize_path(path))

@@ -112,7 +112,9 @@ class OpenAIDialect:
             out["temperature"] = temperature
         if stream:
             out["stream"] = True
-            if not same:
+            if not same or not req.stream:
+                # Usage is counted, and kept in a whole answer assembled from this stream; an
+                # OpenAI client's own streamed request keeps its own choice.
                 out["stream_options"] = {"include_usage": True}
         else:
             out.pop("stream_options", None)  # OpenAI rejects it unless streaming

@@ -1,0 +1,735 @@
+"""Legacy backends: upstreams that always or never stream, several upstreams per route (failover,
+round-robin, weighted, across dialects), retries and their bounds, outlier ejection and active
+health checks, readiness, per-upstream concurrency limits, hot reload, and API keys."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import orjson
+import pytest
+import yaml
+from aiohttp.test_utils import TestClient, make_mocked_request
+from fakes import (
+    CHATUI,
+    CITATION_NAMES,
+    CLIENT_STATE,
+    FOLLOWUPS,
+    OPENAI,
+    P0128,
+    P0529,
+    TEXT,
+    UP_STATE,
+    USAGE,
+    Fakes,
+    FakeUpstream,
+    Script,
+    closed_port,
+    error_of,
+    eventually,
+    read_stream,
+    read_whole,
+    stream_request,
+    upstream_config,
+)
+from prometheus_client.parser import text_string_to_metric_families
+
+from gateway import handlers
+from gateway.app import create_app
+from gateway.config import load_config, parse_config
+from gateway.dialects import DIALECT_NAMES
+
+PAIRS = [(c, u) for c in DIALECT_NAMES for u in DIALECT_NAMES]
+PAIR_IDS = [f"{c}<-{u}" for c, u in PAIRS]
+CAN_CITE = {P0128, P0529, CHATUI}
+CAN_FOLLOW = {P0128, P0529}
+USAGE_BOTH = {P0128, OPENAI}
+Q = {"messages": [{"role": "user", "content": "q"}]}
+
+
+@pytest.fixture
+async def fakes() -> AsyncIterator[Fakes]:
+    farm = Fakes()
+    yield farm
+    await farm.close()
+
+
+async def gateway(aiohttp_client: Any, cfg: dict[str, Any], *,
+                  config_path: Path | None = None) -> TestClient[Any, Any]:
+    config = load_config(config_path) if config_path else parse_config(cfg, env={})
+    app = create_app(config, config_path=config_path)
+    client: TestClient[Any, Any] = await aiohttp_client(
+        app, server_kwargs={"handler_cancellation": True})
+    return client
+
+
+def config(client: str, upstreams: dict[str, dict[str, Any]], *, names: list[Any] | None = None,
+           **route: Any) -> dict[str, Any]:
+    return {"upstreams": upstreams, "health": {"failure_threshold": 5, "ejection_seconds": 30},
+            "routes": [{"path": "/c", "dialect": client,
+                        "upstream": names if names is not None else list(upstreams),
+                        **route}]}
+
+
+def down_config(dialect: str = OPENAI, **extra: Any) -> dict[str, Any]:
+    return upstream_config(dialect, f"http://127.0.0.1:{closed_port()}/chat", **extra)
+
+
+async def samples(gw: TestClient[Any, Any]) -> dict[tuple[str, frozenset[Any]], float]:
+    resp = await gw.get("/metrics")
+    out: dict[tuple[str, frozenset[Any]], float] = {}
+    for family in text_string_to_metric_families(await resp.text()):
+        for s in family.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+async def metric(gw: TestClient[Any, Any], name: str, **labels: str) -> float:
+    want = set(labels.items())
+    found = [v for (n, ls), v in (await samples(gw)).items() if n == name and want <= ls]
+    return sum(found)
+
+
+def expected_state(client: str, upstream: str) -> Any:
+    if client == OPENAI:
+        return None
+    return CLIENT_STATE if upstream == OPENAI else UP_STATE
+
+
+def check_carried(view: Any, client: str, upstream: str) -> None:
+    assert view.text == TEXT
+    assert view.error is None and view.finished
+    if client in CAN_CITE and upstream in CAN_CITE:
+        assert view.citations == CITATION_NAMES
+    if client in CAN_FOLLOW and upstream in CAN_FOLLOW:
+        assert view.followups == FOLLOWUPS
+    if client in USAGE_BOTH and upstream in USAGE_BOTH:
+        assert view.usage == USAGE
+    if client != P0529:
+        assert view.finish_reason == "stop"
+    assert view.session_state == expected_state(client, upstream)
+
+
+async def ask(gw: TestClient[Any, Any], client: str, *, stream: bool = False,
+              headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    """One request; the status and what the client read (a view, or an error message)."""
+    path, body, extra = stream_request(client, "/c", stream=stream)
+    resp = await gw.post(path, json=body, headers={**extra, **(headers or {})})
+    raw = await resp.read()
+    if resp.status != 200:
+        return resp.status, error_of(client, orjson.loads(raw))
+    if resp.headers["Content-Type"] == "application/json":
+        return 200, read_whole(client, orjson.loads(raw))
+    return 200, read_stream(client, raw)
+
+
+# --- always / never streaming upstreams -----------------------------------------------------------
+
+
+ALWAYS_PAIRS = [pytest.param(c, u, id=f"{c}<-{u}") for c, u in PAIRS]
+
+
+@pytest.mark.parametrize(("client", "upstream"), ALWAYS_PAIRS)
+async def test_whole_answer_from_an_always_streaming_upstream(
+        aiohttp_client: Any, fakes: Fakes, client: str, upstream: str) -> None:
+    fake = await fakes.start(upstream)
+    gw = await gateway(aiohttp_client, config(client, {
+        "u": upstream_config(fake, streaming="always")}))
+    path, body, headers = stream_request(client, "/c", stream=False)
+    resp = await gw.post(path, json=body, headers=headers)
+    assert resp.status == 200
+    assert resp.headers["Content-Type"] == "application/json"
+    check_carried(read_whole(client, await resp.json()), client, upstream)
+    [seen] = fake.seen
+    assert seen.stream
+    assert seen.path == ("/chat/stream" if upstream == P0529 else "/chat")
+
+
+@pytest.mark.parametrize(("client", "upstream"), PAIRS, ids=PAIR_IDS)
+async def test_stream_from_a_never_streaming_upstream(
+        aiohttp_client: Any, fakes: Fakes, client: str, upstream: str) -> None:
+    fake = await fakes.start(upstream)
+    gw = await gateway(aiohttp_client, config(client, {
+        "u": upstream_config(fake, streaming="never")}))
+    path, body, headers = stream_request(client, "/c", stream=True)
+    resp = await gw.post(path, json=body, headers=headers)
+    assert resp.status == 200
+    assert resp.headers["Content-Type"] != "application/json"
+    view = read_stream(client, await resp.read())
+    check_carried(view, client, upstream)
+    [seen] = fake.seen
+    assert not seen.stream and seen.path == "/chat"
+    # role and context first, then the text, then the finish
+    p = view.payloads
+    if client == P0128:
+        first = p[0]["choices"][0]
+        assert first["delta"] == {"role": "assistant"} and "context" in first
+        assert p[-1]["choices"][0]["finish_reason"] == "stop"
+        texts = [x["choices"][0]["delta"].get("content") for x in p[1:-1]]
+    elif client == P0529:
+        assert p[0]["delta"] == {"role": "assistant"} and isinstance(p[0]["context"], dict)
+        if upstream in CAN_CITE:
+            assert p[0]["context"]["data_points"]["citations"] == CITATION_NAMES
+        texts = [x["delta"].get("content") for x in p[1:]]
+    elif client == CHATUI:
+        assert p[0]["status"] == "processing" and p[0]["content"] == ""
+        assert p[-1]["status"] == "completed" and p[-1]["content"] == TEXT
+        texts = [x["content"] for x in p[1:-1]]
+    else:
+        assert p[0]["choices"][0]["delta"]["role"] == "assistant"
+        assert p[-1] == "[DONE]"
+        assert [c["choices"][0]["finish_reason"] for c in p[:-1] if c["choices"]][-1] == "stop"
+        texts = [x["choices"][0]["delta"].get("content") for x in p[1:-1] if x["choices"]]
+    assert any(texts)
+    if client == P0128 and upstream in CAN_CITE:
+        assert p[0]["choices"][0]["context"]["data_points"]["citations"] == CITATION_NAMES
+
+
+async def test_always_upstream_html_or_broken_stream_is_502(aiohttp_client: Any,
+                                                             fakes: Fakes) -> None:
+    html = await fakes.start(P0529, Script(body=b"<html>login</html>", content_type="text/html"))
+    broken = await fakes.start(P0128, Script(error_after=1))
+    gw = await gateway(aiohttp_client, {
+        "upstreams": {"html": upstream_config(html, streaming="always"),
+                      "broken": upstream_config(broken, streaming="always")},
+        "routes": [{"path": "/html", "dialect": OPENAI, "upstream": "html"},
+                   {"path": "/broken", "dialect": OPENAI, "upstream": "broken"}]})
+    for path in ("/html", "/broken"):
+        resp = await gw.post(path, json=Q)
+        assert resp.status == 502, path
+        assert "login" not in error_of(OPENAI, await resp.json())
+
+
+# --- several upstreams per route ------------------------------------------------------------------
+
+
+async def test_failover_across_dialects(aiohttp_client: Any, fakes: Fakes) -> None:
+    second = await fakes.start(P0529)
+    third = await fakes.start(CHATUI)
+    gw = await gateway(aiohttp_client, config(CHATUI, {
+        "down": down_config(OPENAI), "second": upstream_config(second),
+        "third": upstream_config(third)}, strategy="failover"))
+    for stream in (False, True):
+        status, view = await ask(gw, CHATUI, stream=stream)
+        assert status == 200 and view.text == TEXT
+        assert view.citations == CITATION_NAMES
+    assert len(second.seen) == 2 and third.seen == []
+    assert await metric(gw, "gateway_upstream_attempts_total", upstream="down",
+                        outcome="connect") == 2
+    assert await metric(gw, "gateway_upstream_attempts_total", upstream="second",
+                        outcome="ok") == 2
+    assert await metric(gw, "gateway_upstream_errors_total", upstream="down",
+                        kind="connect") == 2
+    assert await metric(gw, "gateway_requests_total", upstream="second",
+                        upstream_dialect=P0529, status="200") == 2
+
+
+async def test_round_robin_across_dialects(aiohttp_client: Any, fakes: Fakes) -> None:
+    ups = [await fakes.start(d) for d in (P0128, OPENAI, CHATUI)]
+    gw = await gateway(aiohttp_client, config(P0529, {
+        f"u{i}": upstream_config(f) for i, f in enumerate(ups)}, strategy="round-robin"))
+    order = []
+    for i in range(6):
+        before = [len(f.seen) for f in ups]
+        status, view = await ask(gw, P0529, stream=i % 2 == 0)
+        assert status == 200 and view.text == TEXT
+        order.extend(j for j, f in enumerate(ups) if len(f.seen) > before[j])
+    assert [len(f.seen) for f in ups] == [2, 2, 2]
+    assert order == [0, 1, 2, 0, 1, 2]
+
+
+async def test_weighted_across_dialects(aiohttp_client: Any, fakes: Fakes) -> None:
+    heavy = await fakes.start(OPENAI)
+    light = await fakes.start(P0128)
+    gw = await gateway(aiohttp_client, config(OPENAI, {
+        "heavy": upstream_config(heavy), "light": upstream_config(light)},
+        names=[{"name": "heavy", "weight": 4}, {"name": "light", "weight": 1}],
+        strategy="weighted"))
+    random.seed(20240529)
+    for _ in range(60):
+        status, _view = await ask(gw, OPENAI)
+        assert status == 200
+    assert len(heavy.seen) + len(light.seen) == 60
+    assert len(heavy.seen) > 2 * len(light.seen) > 0
+
+
+async def test_weighted_fails_over_to_the_other(aiohttp_client: Any, fakes: Fakes) -> None:
+    light = await fakes.start(P0128)
+    gw = await gateway(aiohttp_client, config(OPENAI, {
+        "heavy": down_config(OPENAI), "light": upstream_config(light)},
+        names=[{"name": "heavy", "weight": 100}, {"name": "light", "weight": 1}],
+        strategy="weighted"))
+    for _ in range(4):
+        status, view = await ask(gw, OPENAI, stream=True)
+        assert status == 200 and view.text == TEXT
+    assert len(light.seen) == 4
+
+
+# --- retries --------------------------------------------------------------------------------------
+
+
+FAILURES: dict[str, Any] = {
+    "connect": None,
+    "timeout": Script(delay=3),
+    "500": Script(status=500),
+    "502": Script(status=502),
+    "503": Script(status=503),
+    "429": Script(status=429, headers={"Retry-After": "0"}),
+}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("kind", list(FAILURES))
+async def test_retried_before_the_first_byte(aiohttp_client: Any, fakes: Fakes, kind: str,
+                                             stream: bool) -> None:
+    backup = await fakes.start(P0128)
+    script = FAILURES[kind]
+    if script is None:
+        first_cfg = down_config(P0529)
+    else:
+        first = await fakes.start(P0529, script)
+        first_cfg = upstream_config(first, timeout=0.5)
+    gw = await gateway(aiohttp_client, config(OPENAI, {
+        "first": first_cfg, "backup": upstream_config(backup)}))
+    status, view = await ask(gw, OPENAI, stream=stream)
+    assert status == 200
+    assert view.text == TEXT
+    assert len(backup.seen) == 1
+    outcome = kind if kind in ("connect", "timeout") else "status"
+    assert await metric(gw, "gateway_upstream_attempts_total", upstream="first",
+                        outcome=outcome) == 1
+    assert await metric(gw, "gateway_upstream_attempts_total", upstream="backup",
+                        outcome="ok") == 1
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 404, 413, 422])
+async def test_other_4xx_never_retried(aiohttp_client: Any, fakes: Fakes, status: int) -> None:
+    first = await fakes.start(OPENAI, Script(status=status))
+    backup = await fakes.start(P0128)
+    gw = await gateway(aiohttp_client, config(P0529, {
+        "first": upstream_config(first), "backup": upstream_config(backup)},
+        retries={"attempts": 5}))
+    got, message = await ask(gw, P0529)
+    assert got == status
+    assert message == "scripted failure"
+    assert len(first.seen) == 1 and backup.seen == []
+
+
+@pytest.mark.parametrize("how", ["dies", "error_event"])
+@pytest.mark.parametrize("client", DIALECT_NAMES)
+async def test_failure_after_first_byte_never_retried(aiohttp_client: Any, fakes: Fakes,
+                                                      client: str, how: str) -> None:
+    script = Script(die_after=2) if how == "dies" else Script(error_after=2)
+    first = await fakes.start(OPENAI, script)
+    backup = await fakes.start(P0128)
+    gw = await gateway(aiohttp_client, config(client, {
+        "first": upstream_config(first), "backup": upstream_config(backup)},
+        retries={"attempts": 3}))
+    status, view = await ask(gw, client, stream=True)
+    assert status == 200
+    assert view.error
+    assert not view.finished
+    assert TEXT.startswith(view.text) and view.text != TEXT
+    assert len(first.seen) == 1 and backup.seen == []
+    if how == "dies":
+        assert await metric(gw, "gateway_upstream_errors_total", upstream="first",
+                            kind="connect") == 1
+
+
+async def test_retry_after_is_honoured_up_to_its_max(aiohttp_client: Any, fakes: Fakes) -> None:
+    fake = await fakes.start(P0128)
+    gw = await gateway(aiohttp_client, config(OPENAI, {"u": upstream_config(fake)},
+                                              retries={"attempts": 2, "retry_after_max": 0.6}))
+    fake.queue.append(Script(status=429, headers={"Retry-After": "0.3"}))
+    t0 = time.perf_counter()
+    status, _view = await ask(gw, OPENAI)
+    waited = time.perf_counter() - t0
+    assert status == 200 and len(fake.seen) == 2
+    assert 0.3 <= waited < 1.2
+    fake.queue.append(Script(status=503, headers={"Retry-After": "30"}))
+    t0 = time.perf_counter()
+    status, _view = await ask(gw, OPENAI)
+    waited = time.perf_counter() - t0
+    assert status == 200 and len(fake.seen) == 4
+    assert 0.6 <= waited < 2.5
+
+
+async def test_last_429_passed_on_with_retry_after(aiohttp_client: Any, fakes: Fakes) -> None:
+    fake = await fakes.start(OPENAI, Script(status=429, headers={"Retry-After": "7"}))
+    gw = await gateway(aiohttp_client, config(CHATUI, {"u": upstream_config(fake)},
+                                              retries={"attempts": 2, "retry_after_max": 0.1}))
+    resp = await gw.post("/c", json=Q)
+    assert resp.status == 429
+    assert resp.headers["Retry-After"] == "7"
+    assert error_of(CHATUI, await resp.json()) == "scripted failure"
+    assert len(fake.seen) == 2
+
+
+async def test_attempts_are_bounded(aiohttp_client: Any, fakes: Fakes) -> None:
+    ups = [await fakes.start(P0128, Script(status=503)) for _ in range(3)]
+    gw = await gateway(aiohttp_client, config(OPENAI, {
+        f"u{i}": upstream_config(f) for i, f in enumerate(ups)}, retries={"attempts": 2}))
+    status, message = await ask(gw, OPENAI)
+    assert status == 503 and message == "scripted failure"
+    assert [len(f.seen) for f in ups] == [1, 1, 0]
+    # one upstream, three attempts: the same upstream three times
+    single = await fakes.start(P0128, Script(status=500))
+    gw2 = await gateway(aiohttp_client, config(OPENAI, {"u": upstream_config(single)},
+                                               retries={"attempts": 3}))
+    status, _ = await ask(gw2, OPENAI)
+    assert status == 500 and len(single.seen) == 3
+
+
+async def test_total_retry_time_is_bounded(aiohttp_client: Any, fakes: Fakes) -> None:
+    fake = await fakes.start(P0128, Script(status=503, headers={"Retry-After": "0.3"}))
+    gw = await gateway(aiohttp_client, config(OPENAI, {"u": upstream_config(fake)},
+                                              retries={"attempts": 100, "total_timeout": 1.0}))
+    t0 = time.perf_counter()
+    status, _ = await ask(gw, OPENAI)
+    elapsed = time.perf_counter() - t0
+    assert status == 503
+    assert elapsed < 2.0
+    assert 2 <= len(fake.seen) <= 5
+
+
+# --- health: passive ejection, active checks, readiness ------------------------------------------
+
+
+async def test_passive_outlier_ejection_and_trial(aiohttp_client: Any, fakes: Fakes) -> None:
+    bad = await fakes.start(P0128, Script(status=500))
+    good = await fakes.start(OPENAI)
+    cfg = config(P0529, {"bad": upstream_config(bad), "good": upstream_config(good)})
+    cfg["health"] = {"failure_threshold": 2, "ejection_seconds": 0.6}
+    gw = await gateway(aiohttp_client, cfg)
+    for _ in range(2):
+        assert (await ask(gw, P0529))[0] == 200
+    assert len(bad.seen) == 2 and len(good.seen) == 2
+    assert await metric(gw, "gateway_upstream_healthy", upstream="bad") == 0
+    assert await metric(gw, "gateway_upstream_healthy", upstream="good") == 1
+    ready = await gw.get("/readyz")
+    assert ready.status == 200
+    assert (await ready.json())["upstreams_down"] == ["bad"]
+    # ejected: skipped while "good" can take the traffic
+    for _ in range(3):
+        assert (await ask(gw, P0529))[0] == 200
+    assert len(bad.seen) == 2 and len(good.seen) == 5
+    # after ejection_seconds, one trial; it fails, so out again at once
+    await asyncio.sleep(0.7)
+    assert (await ask(gw, P0529))[0] == 200
+    assert len(bad.seen) == 3
+    assert (await ask(gw, P0529))[0] == 200
+    assert len(bad.seen) == 3
+    # the next trial succeeds: back in
+    await asyncio.sleep(0.7)
+    bad.default = Script()
+    status, view = await ask(gw, P0529)
+    assert status == 200 and view.text == TEXT
+    assert len(bad.seen) == 4
+    assert await metric(gw, "gateway_upstream_healthy", upstream="bad") == 1
+    assert (await (await gw.get("/readyz")).json())["upstreams_down"] == []
+    assert (await ask(gw, P0529))[0] == 200
+    assert len(bad.seen) == 5
+
+
+async def test_only_one_trial_request_after_ejection(aiohttp_client: Any, fakes: Fakes) -> None:
+    bad = await fakes.start(P0128, Script(status=500))
+    good = await fakes.start(OPENAI)
+    cfg = config(CHATUI, {"bad": upstream_config(bad), "good": upstream_config(good)})
+    cfg["health"] = {"failure_threshold": 1, "ejection_seconds": 0.3}
+    gw = await gateway(aiohttp_client, cfg)
+    assert (await ask(gw, CHATUI))[0] == 200
+    assert len(bad.seen) == 1 and len(good.seen) == 1
+    await asyncio.sleep(0.4)
+    gate = asyncio.Event()
+    bad.default = Script(hold_before=gate)
+    trial = asyncio.create_task(ask(gw, CHATUI))
+    await eventually(lambda: len(bad.seen) == 2)
+    # while the trial is out, the others go to the healthy upstream
+    for _ in range(2):
+        assert (await ask(gw, CHATUI))[0] == 200
+    assert len(bad.seen) == 2 and len(good.seen) == 3
+    gate.set()
+    status, view = await asyncio.wait_for(trial, 5)
+    assert status == 200 and view.text == TEXT
+    assert await metric(gw, "gateway_upstream_healthy", upstream="bad") == 1
+
+
+async def test_an_ejected_only_upstream_is_still_tried(aiohttp_client: Any, fakes: Fakes) -> None:
+    fake = await fakes.start(P0128, Script(status=502))
+    cfg = config(OPENAI, {"u": upstream_config(fake)})
+    cfg["health"] = {"failure_threshold": 1, "ejection_seconds": 30}
+    gw = await gateway(aiohttp_client, cfg)
+    assert (await ask(gw, OPENAI))[0] == 502
+    ready = await gw.get("/readyz")
+    assert ready.status == 503
+    body = await ready.json()
+    assert body["routes_down"] == {"/c": ["u"]} and body["upstreams_down"] == ["u"]
+    fake.default = Script()
+    assert (await ask(gw, OPENAI))[0] == 200
+    assert len(fake.seen) == 2
+
+
+async def test_active_health_checks_and_readyz(aiohttp_client: Any, fakes: Fakes) -> None:
+    checked = await fakes.start(P0529)
+    other = await fakes.start(OPENAI)
+    gw = await gateway(aiohttp_client, {
+        "upstreams": {
+            "checked": upstream_config(checked, health_url=f"{checked.base}/health",
+                                       health_interval=0.2),
+            "other": upstream_config(other),
+        },
+        "routes": [{"path": "/c", "dialect": P0128, "upstream": "checked"},
+                   {"path": "/d", "dialect": P0128, "upstream": ["checked", "other"]}]})
+
+    async def ready() -> tuple[int, Any]:
+        resp = await gw.get("/readyz")
+        return resp.status, await resp.json()
+
+    await eventually(lambda: checked.health_checks >= 2)
+    assert await ready() == (200, {"status": "ok", "routes_down": {}, "upstreams_down": []})
+    checked.health_status = 503
+    async def ready_is(status: int) -> bool:
+        return (await ready())[0] == status
+
+    await eventually(lambda: ready_is(503))
+    _, body = await ready()
+    assert body["status"] != "ok"
+    assert body["routes_down"] == {"/c": ["checked"]}
+    assert body["upstreams_down"] == ["checked"]
+    assert await metric(gw, "gateway_upstream_healthy", upstream="checked") == 0
+    # /d still has "other": its traffic skips the checked one
+    resp = await gw.post("/d", json={**Q, "stream": False})
+    assert resp.status == 200 and checked.seen == [] and len(other.seen) == 1
+    checked.health_status = 200
+    await eventually(lambda: ready_is(200))
+    assert await metric(gw, "gateway_upstream_healthy", upstream="checked") == 1
+
+
+async def test_health_check_of_unreachable_upstream(aiohttp_client: Any) -> None:
+    port = closed_port()
+    gw = await gateway(aiohttp_client, config(OPENAI, {"u": upstream_config(
+        P0128, f"http://127.0.0.1:{port}/chat", health_url=f"http://127.0.0.1:{port}/health",
+        health_interval=0.2)}))
+    async def not_ready() -> bool:
+        return (await gw.get("/readyz")).status == 503
+
+    await eventually(not_ready)
+
+
+# --- max_inflight ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("client", DIALECT_NAMES)
+async def test_max_inflight_queue_timeout_is_503_with_retry_after(aiohttp_client: Any,
+                                                                  fakes: Fakes,
+                                                                  client: str) -> None:
+    gate = asyncio.Event()
+    fake = await fakes.start(P0128, Script(hold_after_first=gate))
+    gw = await gateway(aiohttp_client, config(client, {"u": upstream_config(
+        fake, max_inflight=1, queue_timeout=0.3)}))
+    path, body, headers = stream_request(client, "/c", stream=True)
+    first = await gw.post(path, json=body, headers=headers)
+    assert first.status == 200
+    t0 = time.perf_counter()
+    second = await gw.post(path, json=body, headers=headers)
+    assert 0.25 <= time.perf_counter() - t0 < 2
+    assert second.status == 503
+    assert int(second.headers["Retry-After"]) >= 1
+    assert error_of(client, await second.json())
+    assert len(fake.seen) == 1
+    gate.set()
+    view = read_stream(client, await first.read())
+    assert view.text == TEXT and view.finished
+    assert await metric(gw, "gateway_upstream_attempts_total", upstream="u",
+                        outcome="rejected") == 1
+    # the slot is free again
+    third = await gw.post(path, json=body, headers=headers)
+    assert third.status == 200
+    assert read_stream(client, await third.read()).text == TEXT
+
+
+async def test_max_inflight_queues_within_the_timeout(aiohttp_client: Any, fakes: Fakes) -> None:
+    fake = await fakes.start(OPENAI, Script(delay=0.2))
+    gw = await gateway(aiohttp_client, config(OPENAI, {"u": upstream_config(
+        fake, max_inflight=2, queue_timeout=3)}))
+    results = await asyncio.gather(*(ask(gw, OPENAI) for _ in range(6)))
+    assert [s for s, _ in results] == [200] * 6
+
+
+# --- hot reload -----------------------------------------------------------------------------------
+
+
+def reload_config(first: FakeUpstream, second: FakeUpstream, target: str) -> str:
+    return yaml.safe_dump({
+        "upstreams": {"a": upstream_config(first), "b": upstream_config(second)},
+        "routes": [{"path": "/c", "dialect": OPENAI, "upstream": target}]})
+
+
+async def test_hot_reload_valid_then_invalid(aiohttp_client: Any, fakes: Fakes,
+                                             tmp_path: Path) -> None:
+    a = await fakes.start(P0128)
+    b = await fakes.start(CHATUI)
+    path = tmp_path / "gateway.yaml"
+    path.write_text(reload_config(a, b, "a"))
+    gw = await gateway(aiohttp_client, {}, config_path=path)
+    assert (await ask(gw, OPENAI))[0] == 200
+    assert len(a.seen) == 1
+    path.write_text(reload_config(a, b, "b"))
+    resp = await gw.post("/admin/reload")
+    assert resp.status == 200 and (await resp.json())["status"] == "reloaded"
+    assert (await ask(gw, OPENAI, stream=True))[0] == 200
+    assert len(a.seen) == 1 and len(b.seen) == 1
+    path.write_text(reload_config(a, b, "b").replace("upstream: b", "upstream: nope"))
+    refused = await gw.post("/admin/reload")
+    assert refused.status == 400
+    body = await refused.json()
+    assert body["status"] == "refused"
+    assert any(p["where"] == "routes[0].upstream" and "nope" in p["problem"]
+               for p in body["problems"])
+    path.write_text("routes: [\n")
+    refused = await gw.post("/admin/reload")
+    assert refused.status == 400
+    assert "YAML" in (await refused.json())["problems"][0]["problem"]
+    status, view = await ask(gw, OPENAI)
+    assert status == 200 and view.text == TEXT
+    assert len(b.seen) == 2 and len(a.seen) == 1
+    assert await metric(gw, "gateway_config_reloads_total", result="ok") == 1
+    assert await metric(gw, "gateway_config_reloads_total", result="invalid") == 2
+
+
+async def test_streams_survive_config_swaps(aiohttp_client: Any, fakes: Fakes,
+                                            tmp_path: Path) -> None:
+    a = await fakes.start(P0529, Script(pieces=6, chunk_delay=0.01))
+    b = await fakes.start(OPENAI, Script(pieces=6, chunk_delay=0.01))
+    path = tmp_path / "gateway.yaml"
+    path.write_text(reload_config(a, b, "a"))
+    gw = await gateway(aiohttp_client, {}, config_path=path)
+    stop = asyncio.Event()
+    results: list[tuple[int, str, bool]] = []
+
+    async def loop() -> None:
+        while not stop.is_set() and len(results) < 200:
+            status, view = await ask(gw, OPENAI, stream=True)
+            results.append((status, view.text if status == 200 else view,
+                            status == 200 and view.finished and view.error is None))
+
+    workers = [asyncio.create_task(loop()) for _ in range(3)]
+    try:
+        for i in range(6):
+            await asyncio.sleep(0.1)
+            path.write_text(reload_config(a, b, "b" if i % 2 == 0 else "a"))
+            assert (await gw.post("/admin/reload")).status == 200
+            await asyncio.sleep(0.1)
+            path.write_text("upstreams: {}\nroutes: []\n")
+            assert (await gw.post("/admin/reload")).status == 400
+    finally:
+        stop.set()
+        async with asyncio.timeout(10):
+            await asyncio.gather(*workers)
+    assert len(results) >= 10
+    assert all(r == (200, TEXT, True) for r in results), [r for r in results if r[2] is False]
+    assert a.seen and b.seen
+
+
+async def test_admin_reload_only_for_loopback_and_when_enabled(aiohttp_client: Any,
+                                                               fakes: Fakes,
+                                                               tmp_path: Path) -> None:
+    a = await fakes.start(P0128)
+    path = tmp_path / "gateway.yaml"
+    path.write_text(reload_config(a, a, "a"))
+    app = create_app(load_config(path), config_path=path)
+    transport = mock.Mock()
+    transport.get_extra_info.side_effect = lambda name, default=None: (
+        ("10.1.2.3", 40000) if name == "peername" else default)
+    request = make_mocked_request("POST", "/admin/reload", app=app, transport=transport)
+    assert request.remote == "10.1.2.3"
+    resp = await handlers.reload(request)
+    assert resp.status == 403
+    # admin: false refuses loopback too
+    data = yaml.safe_load(path.read_text())
+    data["server"] = {"admin": False}
+    path.write_text(yaml.safe_dump(data))
+    gw = await gateway(aiohttp_client, {}, config_path=path)
+    assert (await gw.post("/admin/reload")).status == 403
+    # a gateway started without a config file has nothing to reload
+    gw2 = await gateway(aiohttp_client, yaml.safe_load(reload_config(a, a, "a")))
+    refused = await gw2.post("/admin/reload")
+    assert refused.status == 400
+
+
+# --- API keys -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("client", DIALECT_NAMES)
+async def test_api_keys(aiohttp_client: Any, fakes: Fakes, client: str) -> None:
+    fake = await fakes.start(P0128)
+    cfg = config(client, {"u": upstream_config(fake)})
+    cfg["auth"] = {"api_keys": ["key-one-secret", "key-two-secret"]}
+    gw = await gateway(aiohttp_client, cfg)
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"api-key": "wrong"},
+                    {"Authorization": "key-one-secret"},
+                    {"Authorization": "Bearer key-one-secret-and-more"}):
+        for stream in (False, True):
+            status, message = await ask(gw, client, stream=stream, headers=headers)
+            assert status == 401, headers
+            assert "API key" in message
+    assert fake.seen == []
+    for headers in ({"Authorization": "Bearer key-one-secret"}, {"api-key": "key-two-secret"},
+                    {"Authorization": "bearer key-two-secret"}):
+        for stream in (False, True):
+            status, view = await ask(gw, client, stream=stream, headers=headers)
+            assert status == 200, headers
+            assert view.text == TEXT
+    assert len(fake.seen) == 6
+    for seen in fake.seen:
+        values = " ".join(seen.headers.values())
+        assert "key-one-secret" not in values and "key-two-secret" not in values
+        assert "api-key" not in {k.lower() for k in seen.headers}
+        assert "Authorization" not in seen.headers
+
+
+async def test_api_keys_do_not_guard_health_endpoints(aiohttp_client: Any, fakes: Fakes) -> None:
+    fake = await fakes.start(P0128)
+    cfg = config(OPENAI, {"u": upstream_config(fake)})
+    cfg["auth"] = {"api_keys": ["k"]}
+    gw = await gateway(aiohttp_client, cfg)
+    assert (await gw.get("/healthz")).status == 200
+    assert (await gw.get("/readyz")).status == 200
+    assert (await gw.get("/metrics")).status == 200
+
+
+async def test_reload_removing_an_upstream_mid_request(aiohttp_client: Any, fakes: Fakes,
+                                                      tmp_path: Path) -> None:
+    """A request keeps the config it started with, even when a reload drops the upstream it
+    fails over to while its first attempt is still waiting."""
+    gate = asyncio.Event()
+    slow = await fakes.start(P0128, Script(status=503, hold_before=gate))
+    backup = await fakes.start(OPENAI)
+    path = tmp_path / "gateway.yaml"
+    path.write_text(yaml.safe_dump({
+        "upstreams": {"slow": upstream_config(slow), "backup": upstream_config(backup)},
+        "routes": [{"path": "/c", "dialect": OPENAI, "upstream": ["slow", "backup"]}]}))
+    gw = await gateway(aiohttp_client, {}, config_path=path)
+    pending = asyncio.create_task(ask(gw, OPENAI))
+    await eventually(lambda: len(slow.seen) == 1)
+    path.write_text(yaml.safe_dump({
+        "upstreams": {"slow": upstream_config(slow)},
+        "routes": [{"path": "/c", "dialect": OPENAI, "upstream": "slow"}]}))
+    assert (await gw.post("/admin/reload")).status == 200
+    gate.set()
+    status, view = await asyncio.wait_for(pending, 5)
+    assert status == 200 and view.text == TEXT
+    assert len(backup.seen) == 1
+    # new requests see only the new config, and the metrics no more name the dropped upstream
+    slow.default = Script(status=503)
+    assert (await ask(gw, OPENAI))[0] == 503
+    assert len(backup.seen) == 1
+    healthy = {dict(ls)["upstream"] for (n, ls) in await samples(gw)
+               if n == "gateway_upstream_healthy"}
+    assert healthy == {"slow"}
