@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +34,7 @@ from gateway.pipeline import (
     with_session_echo,
 )
 from gateway.runtime import RouteEntry, Runtime
-from gateway.upstream import UpstreamCall, open_upstream
+from gateway.upstream import UpstreamCall, has_userinfo, open_upstream
 
 __all__ = ["Exchange", "error_response"]
 
@@ -96,6 +97,14 @@ class Exchange:
         except asyncio.CancelledError:
             self.out.disconnected = True
             raise
+        except Exception:
+            if self.out.status:  # the answer already began: nothing better can be sent
+                raise
+            # A gateway bug: still an answer in the client's dialect, counted and logged.
+            self.log.exception("internal_error", request_id=self.request_id, path=route)
+            response = self._fail(ChatError(500, "internal gateway error",
+                                            code="INTERNAL_ERROR"))
+            return response
         finally:
             inflight.dec()
             self._record(response)
@@ -200,7 +209,12 @@ class Exchange:
         up = state.config
         dialect = get(up.dialect)
         up_stream = req.stream if up.streaming == "auto" else up.streaming == "always"
-        body = orjson.dumps(dialect.render_request(req, stream=up_stream, model=up.model))
+        try:
+            body = orjson.dumps(dialect.render_request(req, stream=up_stream, model=up.model))
+        except orjson.JSONEncodeError as e:  # read fine (1024 levels), cannot be written (254)
+            raise _Final(self._fail(ChatError(
+                400, "invalid request: the body is nested too deeply to pass on",
+                code="BAD_REQUEST"))) from e
         self.out.upstream, self.out.upstream_dialect = state.name, dialect.name
         now = time.monotonic()
         async with state.slot():
@@ -272,9 +286,10 @@ class Exchange:
         own = {k.lower() for k in up.headers}
         auth = self.request.headers.get("Authorization")
         # The client's credentials go on only when the gateway does not check keys itself
-        # (then they are the gateway's) and the upstream has none of its own.
+        # (then they are the gateway's) and the upstream has none of its own: headers, or a
+        # user:password@ in its URL (which aiohttp also refuses to combine with the header).
         if (auth and not self.runtime.config.auth.api_keys
-                and not own & {"authorization", "api-key"}):
+                and not own & {"authorization", "api-key"} and not has_userinfo(up)):
             headers["Authorization"] = auth
         headers.update(up.headers)
         return headers
@@ -287,6 +302,10 @@ class Exchange:
 
     async def _answer(self, req: ChatRequest, call: UpstreamCall, dialect: Dialect,
                       up_stream: bool) -> web.StreamResponse:
+        if up_stream and call.response.content_type == "text/html":
+            # An error page served with 200 (a proxy's, a login wall's) is never a stream; read
+            # as one it would give no events, and the protocol dialects end by ending.
+            return self._malformed("the upstream answered with an HTML page, not a stream")
         if req.stream and up_stream:
             return await self._pipe_stream(req, call, dialect)
         if req.stream:
@@ -297,20 +316,31 @@ class Exchange:
         resp = await self._whole_from_upstream(req, call, dialect, up_stream=up_stream)
         if isinstance(resp, ChatError):
             return self._fail(resp)
+        try:
+            body = orjson.dumps(self.client.render_response(resp, req))
+        except orjson.JSONEncodeError:
+            return self._malformed(_TOO_DEEP)
+        self.metrics.count_usage(self.out.upstream, resp.usage)
         self.out.status = 200
         self.out.first_text = time.perf_counter()
-        return web.Response(body=orjson.dumps(self.client.render_response(resp, req)),
-                            content_type=_JSON, headers={"X-Request-ID": self.request_id})
+        return web.Response(body=body, content_type=_JSON,
+                            headers={"X-Request-ID": self.request_id})
 
     async def _whole_from_upstream(self, req: ChatRequest, call: UpstreamCall,
                                    dialect: Dialect, *, up_stream: bool,
                                    ) -> ChatResponse | ChatError:
         if up_stream:
             assembler = StreamAssembler(dialect, call.config.max_line_bytes)
-            async for chunk in call.chunks_of():
-                assembler.feed(chunk)
-                if assembler.error is not None:
-                    break
+            got_data = False
+            async with call.whole_deadline():
+                async for chunk in call.chunks_of():
+                    got_data = got_data or bool(chunk.strip())
+                    assembler.feed(chunk)
+                    if assembler.error is not None:
+                        break
+            if not got_data:
+                self.metrics.upstream_errors.labels(self.out.upstream, "malformed").inc()
+                return ChatError(502, "the upstream sent an empty stream", code="BAD_GATEWAY")
             resp = assembler.finish()
             err = assembler.error
             if err is not None:
@@ -354,9 +384,11 @@ class Exchange:
                            dialect: Dialect) -> web.StreamResponse:
         tr = StreamTranslator(dialect, self.client, req, max_size=call.config.max_line_bytes)
         resp: web.StreamResponse | None = None
+        got_data = False
         try:
             async for chunk in call.chunks_of():
-                out = tr.feed(chunk)
+                got_data = got_data or bool(chunk.strip())
+                out = _guarded(tr, tr.feed, chunk)
                 if not out:
                     continue
                 if resp is None:
@@ -368,7 +400,7 @@ class Exchange:
                     self.out.first_text = time.perf_counter()
                 if tr.done:
                     break
-            out = tr.finish()
+            out = _guarded(tr, tr.finish)
         except UpstreamError as e:
             self.metrics.upstream_errors.labels(self.out.upstream, e.kind).inc()
             if resp is None:
@@ -376,6 +408,8 @@ class Exchange:
             out = tr.abort(f"the upstream failed mid-stream: {e.message}",
                            504 if e.kind == "timeout" else 502)
         if resp is None:
+            if not got_data:  # no event at all is no answer, though some dialects end by ending
+                return self._malformed("the upstream sent an empty stream")
             if tr.broken:
                 return self._stream_broken_early(tr)
             resp = await self._start_stream()
@@ -390,6 +424,10 @@ class Exchange:
         await resp.write_eof()
         return resp
 
+    def _malformed(self, message: str) -> web.Response:
+        self.metrics.upstream_errors.labels(self.out.upstream, "malformed").inc()
+        return self._fail(ChatError(502, message, code="BAD_GATEWAY"))
+
     def _stream_broken_early(self, tr: StreamTranslator) -> web.Response:
         message = tr.error.message if tr.error else "the upstream stream is malformed"
         return self._fail(ChatError(502, message, code="BAD_GATEWAY"))
@@ -399,11 +437,15 @@ class Exchange:
         """A stream for a client of an upstream that never streams, from its whole answer."""
         encoder = self.client.encoder(req)
         frame = encoder_for(self.client.framing)
+        try:  # all encoded before the 200 goes out, so that a failure can still be a 502
+            frames = [[frame(p) for p in encoder.encode(e)] for e in events_from_response(whole)]
+        except orjson.JSONEncodeError:
+            return self._malformed(_TOO_DEEP)
         resp = await self._start_stream()
         chunks = 0
-        for event in events_from_response(whole):
-            for payload in encoder.encode(event):
-                await self._write(resp, frame(payload))
+        for group in frames:
+            for data in group:
+                await self._write(resp, data)
                 chunks += 1
             if self.out.first_text is None and chunks > 1:
                 self.out.first_text = time.perf_counter()
@@ -441,6 +483,19 @@ class Exchange:
             stream=o.stream, duration_ms=round(total * 1000, 3),
             ttft_ms=None if ttft is None else round(ttft * 1000, 3), chunks=o.chunks,
             attempts=o.attempts or None, error=o.error, client_disconnected=o.disconnected)
+
+
+_TOO_DEEP = "the upstream answer is nested too deeply to pass on"
+
+
+def _guarded(tr: StreamTranslator, step: Callable[..., bytes], *args: bytes) -> bytes:
+    """``step`` of ``tr``, where a payload orjson read but cannot write back (nested deeper than
+    its 254 levels) fails the stream like a malformed chunk rather than escaping as a 500."""
+    try:
+        return step(*args)
+    except orjson.JSONEncodeError:
+        tr.done = False  # the failing payload may have been the finish; it never went out
+        return tr.abort(_TOO_DEEP)
 
 
 class _TooLarge(Exception):

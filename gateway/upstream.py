@@ -7,17 +7,20 @@ timeout, status, malformed) and never a foreign exception.
 from __future__ import annotations
 
 import asyncio
+import base64
 import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 import aiohttp
+from yarl import URL
 
 from gateway.config import UpstreamConfig
 from gateway.errors import UpstreamError
 
-__all__ = ["UpstreamCall", "open_upstream", "parse_retry_after"]
+__all__ = ["UpstreamCall", "connections_in_use", "has_userinfo", "open_upstream",
+           "parse_retry_after"]
 
 _ERROR_BODY_LIMIT = 64 * 1024
 _WHOLE_BODY_LIMIT = 16 * 1024 * 1024
@@ -60,6 +63,18 @@ class UpstreamCall:
         finally:
             self.waited += time.perf_counter() - t0
 
+    @asynccontextmanager
+    async def whole_deadline(self) -> AsyncIterator[None]:
+        """Bounds the reading of a whole answer by ``timeout`` (from the request), also when it is
+        assembled from a stream, whose silences alone ``idle_timeout`` bounds: an upstream that
+        drips, or sends only keep-alive comments, cannot hold a whole answer forever."""
+        remaining = self.config.timeout - (time.perf_counter() - self.started)
+        try:
+            async with asyncio.timeout(max(remaining, 0.001)):
+                yield
+        except TimeoutError as e:
+            raise UpstreamError("timeout", "the upstream did not finish its answer in time") from e
+
     async def read_error(self) -> bytes:
         try:
             return await self.read_whole(_ERROR_BODY_LIMIT)
@@ -70,10 +85,12 @@ class UpstreamCall:
         """Body chunks as they arrive; the idle timeout bounds each wait."""
         content = self.response.content
         perf = time.perf_counter
+        idle = self.config.idle_timeout or self.config.timeout
         while True:
             t0 = perf()
             try:
-                chunk = await content.readany()
+                async with asyncio.timeout(idle):
+                    chunk = await content.readany()
             except TimeoutError as e:
                 raise UpstreamError("timeout", "the upstream stream went silent") from e
             except aiohttp.ClientPayloadError as e:
@@ -86,6 +103,35 @@ class UpstreamCall:
                 return
             self.chunks += 1
             yield chunk
+
+
+def connections_in_use(session: aiohttp.ClientSession) -> int:
+    """Upstream connections a request holds right now (idle pooled ones not counted): zero
+    whenever no exchange is in flight, which is what the fault tests assert."""
+    connector = session.connector
+    # aiohttp has no public count; ``_acquired`` is the set its own limit checks read.
+    acquired = getattr(connector, "_acquired", None) if connector is not None else None
+    return len(acquired) if acquired is not None else 0
+
+
+def has_userinfo(config: UpstreamConfig) -> bool:
+    """Whether the upstream's URLs carry credentials (``https://user:password@host/…``)."""
+    return any(u is not None and "@" in u.split("/", 3)[2]
+               for u in (config.url, config.stream_url))
+
+
+def _credentials(url: str, headers: Mapping[str, str],
+                 ) -> tuple[str | URL, Mapping[str, str]]:
+    """A URL's ``user:password@`` as Basic auth, unless the headers already authorize (aiohttp
+    refuses both at once, with a ValueError that would surface as a 500)."""
+    if "@" not in url.split("/", 3)[2]:
+        return url, headers
+    parsed = URL(url)
+    if any(k.lower() == "authorization" for k in headers):
+        return parsed.with_user(None), headers
+    pair = f"{parsed.user or ''}:{parsed.password or ''}".encode()
+    basic = "Basic " + base64.b64encode(pair).decode("ascii")
+    return parsed.with_user(None), {**headers, "Authorization": basic}
 
 
 def parse_retry_after(value: str | None) -> float | None:
@@ -105,10 +151,11 @@ async def open_upstream(
     """POST ``body`` and yield once the response headers arrived (bounded by the first-byte
     timeout). The connection is released on a clean read to the end, and closed otherwise —
     including when the caller is cancelled because its client went away."""
-    url = config.effective_stream_url if stream else config.url
-    idle = config.idle_timeout or config.timeout
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=config.connect_timeout,
-                                    sock_read=idle)
+    url, headers = _credentials(config.effective_stream_url if stream else config.url, headers)
+    # No sock_read: it would bound the wait for the headers and every silence of a whole
+    # answer by ``idle_timeout``, which is about the gaps of a stream only (chunks_of applies it);
+    # the headers are bounded by ``first_byte_timeout`` below, a whole body by ``timeout``.
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=config.connect_timeout)
     first_byte = config.first_byte_timeout or config.timeout
     started = time.perf_counter()
     try:

@@ -1,0 +1,1 @@
+"""Test doubles that misbehave on purpose: see :mod:`tests.faults.upstream`."""
