@@ -12,6 +12,7 @@ from typing import Any, Literal, Protocol
 
 import orjson
 
+from gateway.errors import FramingError
 from gateway.framing.jsonlines import DEFAULT_MAX_LINE, JsonLinesReader, encode_line
 from gateway.framing.sse import SSEEvent, SSEReader, encode_event
 
@@ -91,6 +92,8 @@ class SniffingReader:
             self._head += data
             framing = detect_framing(self._head)
             if framing is None:
+                if len(self._head) > self._max:  # only blanks, but they are held in memory
+                    raise FramingError(f"more than {self._max} blank bytes before any payload")
                 return []
             self.framing = framing
             self._reader = reader_for(framing, self._max)

@@ -42,13 +42,15 @@ def encode_comment(text: bytes = b"") -> bytes:
 class SSEReader:
     """``feed(bytes) -> events``, ``finish() -> events``; raises :class:`FramingError`."""
 
-    __slots__ = ("_buf", "_cr", "_data", "_event", "_first", "_last_id", "_max", "_retry")
+    __slots__ = ("_buf", "_cr", "_data", "_event", "_first", "_last_id", "_max", "_retry",
+                 "_size")
 
     def __init__(self, max_event: int = DEFAULT_MAX_EVENT) -> None:
         self._buf = b""
         self._cr = False  # the previous read ended in CR: a leading LF now belongs to it
         self._first = True
         self._data: list[str] = []
+        self._size = 0  # of the data so far, with the LF that will join each line
         self._event = ""
         self._last_id: str | None = None
         self._retry: int | None = None
@@ -77,7 +79,7 @@ class SSEReader:
         out: list[SSEEvent] = []
         for line in lines:
             self._line(line, out)
-        if len(self._buf) > self._max or sum(map(len, self._data)) > self._max:
+        if len(self._buf) > self._max:
             raise FramingError(f"an event is longer than {self._max} bytes")
         return out
 
@@ -95,12 +97,11 @@ class SSEReader:
         if len(raw) > self._max:
             raise FramingError(f"an event is longer than {self._max} bytes")
         if not raw:
-            if sum(map(len, self._data)) > self._max:
-                raise FramingError(f"an event is longer than {self._max} bytes")
             if self._data:
                 out.append(SSEEvent("\n".join(self._data), self._event or "message",
                                     self._last_id, self._retry))
             self._data = []
+            self._size = 0
             self._event = ""
             return
         line = raw.decode("utf-8", "replace")
@@ -110,6 +111,10 @@ class SSEReader:
         if value.startswith(" "):
             value = value[1:]
         if name == "data":
+            # Counting the joining LFs bounds a flood of empty ``data:`` lines too.
+            self._size += len(value) + 1
+            if self._size > self._max:
+                raise FramingError(f"an event is longer than {self._max} bytes")
             self._data.append(value)
         elif name == "event":
             self._event = value
