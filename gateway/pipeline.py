@@ -229,26 +229,35 @@ class StreamTranslator:
         out: list[bytes] = []
         for payload in payloads:
             try:
-                events = self._decoder.decode(payload)
+                out.append(self._payload(payload))
             except ParseError as e:
                 out.append(self._fail(StreamError(
                     f"the upstream sent a malformed chunk: {e.message}")))
                 break
-            if self._same:
-                self._same = False
-                self._identity = self._req.session_state is None or any(
-                    isinstance(e, StreamStart) and e.session_state is not None for e in events)
-            if self._identity and not any(isinstance(e, StreamError) for e in events):
-                self._observe(events)
-                raw = payload.text.encode() if isinstance(payload, RawData) else \
-                    orjson.dumps(payload)
-                out.append(self._frame(raw))
-                self.chunks += 1
-            elif events:
-                out.append(self._events(events))
+            except (orjson.JSONEncodeError, RecursionError):
+                # orjson reads 1024 levels of nesting but writes only 254: such a chunk cannot
+                # be passed on, and fails the stream like a malformed one.
+                self.done = False  # the chunk that failed may have been the finish
+                out.append(self._fail(StreamError(
+                    "the upstream sent a chunk nested too deeply to pass on")))
+                break
             if self.done:
                 break
         return b"".join(out)
+
+    def _payload(self, payload: Any) -> bytes:
+        events = self._decoder.decode(payload)
+        if self._same:
+            self._same = False
+            self._identity = self._req.session_state is None or any(
+                isinstance(e, StreamStart) and e.session_state is not None for e in events)
+        if self._identity and not any(isinstance(e, StreamError) for e in events):
+            raw = payload.text.encode() if isinstance(payload, RawData) else \
+                orjson.dumps(payload)
+            self._observe(events)
+            self.chunks += 1
+            return self._frame(raw)
+        return self._events(events) if events else b""
 
     def _observe(self, events: list[StreamEvent]) -> None:
         for e in events:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -388,7 +387,7 @@ class Exchange:
         try:
             async for chunk in call.chunks_of():
                 got_data = got_data or bool(chunk.strip())
-                out = _guarded(tr, tr.feed, chunk)
+                out = tr.feed(chunk)
                 if not out:
                     continue
                 if resp is None:
@@ -400,7 +399,7 @@ class Exchange:
                     self.out.first_text = time.perf_counter()
                 if tr.done:
                     break
-            out = _guarded(tr, tr.finish)
+            out = tr.finish()
         except UpstreamError as e:
             self.metrics.upstream_errors.labels(self.out.upstream, e.kind).inc()
             if resp is None:
@@ -486,16 +485,6 @@ class Exchange:
 
 
 _TOO_DEEP = "the upstream answer is nested too deeply to pass on"
-
-
-def _guarded(tr: StreamTranslator, step: Callable[..., bytes], *args: bytes) -> bytes:
-    """``step`` of ``tr``, where a payload orjson read but cannot write back (nested deeper than
-    its 254 levels) fails the stream like a malformed chunk rather than escaping as a 500."""
-    try:
-        return step(*args)
-    except orjson.JSONEncodeError:
-        tr.done = False  # the failing payload may have been the finish; it never went out
-        return tr.abort(_TOO_DEEP)
 
 
 class _TooLarge(Exception):

@@ -228,3 +228,24 @@ def test_stream_translator_never_raises(upstream: str, client: str, data: st.Dat
     reader = reader_for(DIALECTS[client].framing)
     reader.feed(b"".join(sent))
     reader.finish()
+
+
+@pytest.mark.parametrize("client", sorted(DIALECTS))
+@pytest.mark.parametrize("depth", [255, 1000])
+def test_translator_fails_cleanly_on_chunks_too_deep_to_write(client: str, depth: int) -> None:
+    """orjson reads 1024 levels but writes 254: a chunk the client's dialect must carry on
+    becomes an error event, never an exception (the same-dialect pass-through and the chatui
+    citation walk both used to raise); a client whose dialect drops context never sees it."""
+    upstream = DIALECTS["protocol-2024-05-29"]
+    tr = StreamTranslator(upstream, DIALECTS[client], ChatRequest(messages=[Message("user", "hi")]))
+    head = tr.feed(b'{"delta":{"role":"assistant"}}\n{"delta":{"content":"ok"}}\n')
+    assert head and tr.error is None
+    deep = b'{"context":' * depth + b"1" + b"}" * depth + b"\n"
+    out = tr.feed(deep) + tr.finish()
+    if client.startswith("protocol-"):  # these carry the context on, so it must fail
+        assert tr.error is not None and tr.broken
+        assert b"nested too deeply" in out
+    if tr.error is not None:
+        assert tr.feed(b'{"delta":{"content":"late"}}\n') == b""
+    else:
+        assert tr.done and b"ok" in head
