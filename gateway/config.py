@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from gateway.dialects import DIALECT_NAMES
+from gateway.dialects import DIALECT_NAMES, get
 from gateway.errors import ConfigError
 
 __all__ = [
@@ -127,9 +127,8 @@ class UpstreamConfig(_Model):
     def effective_stream_url(self) -> str:
         if self.stream_url:
             return self.stream_url
-        if self.dialect == "protocol-2024-05-29":
-            return self.url.rstrip("/") + "/stream"
-        return self.url
+        suffix = get(self.dialect).stream_path
+        return self.url.rstrip("/") + suffix if suffix else self.url
 
 
 class RouteUpstream(_Model):
@@ -204,9 +203,8 @@ class GatewayConfig(_Model):
 
     @staticmethod
     def served_paths(route: RouteConfig) -> list[str]:
-        if route.dialect == "protocol-2024-05-29":
-            return [route.path, route.path.rstrip("/") + "/stream"]
-        return [route.path]
+        suffix = get(route.dialect).stream_path
+        return [route.path, route.path.rstrip("/") + suffix] if suffix else [route.path]
 
 
 class _References(ValueError):

@@ -97,9 +97,9 @@ def demo_backend_app(dialect_name: str) -> web.Application:
         return await answer(request, None)
 
     app = web.Application()
-    if dialect_name == "protocol-2024-05-29":
+    if dialect.stream_path:
         app.router.add_post(path, whole)
-        app.router.add_post(path + "/stream", streamed)
+        app.router.add_post(path + dialect.stream_path, streamed)
     else:
         app.router.add_post(path, either)
     return app

@@ -158,8 +158,7 @@ class Exchange:
             return self.entry.stream
         if req.stream:
             return True
-        # chatui clients also ask with the Accept header (the only signal its spec gives).
-        return (self.client.framing == "sse" and self.client.name == "chatui"
+        return (self.client.stream_by_accept
                 and "text/event-stream" in self.request.headers.get("Accept", ""))
 
     def _fail(self, err: ChatError) -> web.Response:

@@ -45,6 +45,11 @@ class Dialect(Protocol):
     framing: Framing
     """The stream framing this dialect emits."""
     stream_content_type: str
+    stream_path: str | None
+    """A suffix that selects the streamed answer by path (``/stream``), or ``None`` when the
+    body (or a header) asks for a stream at the same path."""
+    stream_by_accept: bool
+    """Whether ``Accept: text/event-stream`` alone asks for a stream."""
 
     def parse_request(self, body: JSON) -> ChatRequest: ...
 

@@ -124,6 +124,8 @@ class ChatUIDialect:
     name = NAME
     framing: Framing = "sse"
     stream_content_type = "text/event-stream"
+    stream_path: str | None = None
+    stream_by_accept = True
 
     def parse_request(self, body: JSON) -> ChatRequest:
         obj = expect_object(body, "")

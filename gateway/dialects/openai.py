@@ -66,6 +66,8 @@ class OpenAIDialect:
     name = NAME
     framing: Framing = "sse"
     stream_content_type = "text/event-stream"
+    stream_path: str | None = None
+    stream_by_accept = False
 
     def parse_request(self, body: JSON) -> ChatRequest:
         obj = expect_object(body, "")

@@ -83,6 +83,8 @@ class Protocol20240128:
     name = NAME
     framing: Framing = "jsonlines"
     stream_content_type = "application/json-lines"
+    stream_path: str | None = None
+    stream_by_accept = False
 
     def parse_request(self, body: JSON) -> ChatRequest:
         obj = expect_object(body, "")

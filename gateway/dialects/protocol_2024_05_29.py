@@ -59,6 +59,8 @@ class Protocol20240529:
     name = NAME
     framing: Framing = "jsonlines"
     stream_content_type = "application/json-lines"
+    stream_path: str | None = "/stream"
+    stream_by_accept = False
 
     def parse_request(self, body: JSON) -> ChatRequest:
         obj = expect_object(body, "")
