@@ -8,8 +8,8 @@ client; after it, a failure becomes the client dialect's error event and the str
 from __future__ import annotations
 
 import asyncio
+import os
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,8 +144,13 @@ class Exchange:
     async def _read_body(self) -> bytes:
         limit = self.runtime.config.server.max_body_bytes
         length = self.request.content_length
-        if length is not None and length > limit:
-            raise _TooLarge
+        if length is not None:
+            if length > limit:
+                raise _TooLarge
+            try:
+                return await self.request.read()  # exactly ``length`` bytes, one buffer
+            except web.HTTPRequestEntityTooLarge:  # the app's own limit, set at startup
+                raise _TooLarge from None
         buf = bytearray()
         async for chunk in self.request.content.iter_chunked(65536):
             buf += chunk
@@ -501,7 +506,7 @@ def _request_id(request: web.Request) -> str:
     rid = request.headers.get("X-Request-ID", "")
     if rid and len(rid) <= 128 and rid.isprintable() and rid.isascii():
         return rid
-    return uuid.uuid4().hex
+    return os.urandom(16).hex()  # the shape of uuid4().hex at a quarter of its cost
 
 
 def _same(a: str, b: str) -> bool:
