@@ -85,24 +85,74 @@ class UpstreamCall:
         """Body chunks as they arrive; the idle timeout bounds each wait."""
         content = self.response.content
         perf = time.perf_counter
-        idle = self.config.idle_timeout or self.config.timeout
-        while True:
-            t0 = perf()
-            try:
-                async with asyncio.timeout(idle):
+        watch = _IdleWatch(self.response, self.config.idle_timeout or self.config.timeout)
+        try:
+            while True:
+                t0 = perf()
+                watch.reading_since(t0)
+                try:
                     chunk = await content.readany()
-            except TimeoutError as e:
-                raise UpstreamError("timeout", "the upstream stream went silent") from e
-            except aiohttp.ClientPayloadError as e:
-                raise UpstreamError("connect", "the upstream stream was cut off") from e
-            except aiohttp.ClientError as e:
-                raise UpstreamError("connect", "the upstream connection broke mid-stream") from e
-            finally:
-                self.waited += perf() - t0
-            if not chunk:
-                return
-            self.chunks += 1
-            yield chunk
+                except _Idle as e:
+                    raise UpstreamError("timeout", "the upstream stream went silent") from e
+                except aiohttp.ClientPayloadError as e:
+                    raise UpstreamError("connect", "the upstream stream was cut off") from e
+                except aiohttp.ClientError as e:
+                    raise UpstreamError("connect",
+                                        "the upstream connection broke mid-stream") from e
+                finally:
+                    watch.reading = False
+                    self.waited += perf() - t0
+                if not chunk:
+                    return
+                self.chunks += 1
+                yield chunk
+        finally:
+            watch.stop()
+
+
+class _Idle(Exception):
+    """The upstream sent nothing for ``idle_timeout`` while a chunk was awaited."""
+
+
+class _IdleWatch:
+    """Bounds every wait for a stream's next chunk with one timer for the whole stream.
+
+    ``asyncio.timeout()`` around each read pushes a timer on the loop's heap and cancels it: about
+    4 µs a chunk, a fifth of what the gateway spends on a 20-chunk stream. Here a read only stamps
+    when it began; the timer, when it fires, re-arms itself at that stamp + ``idle`` and only
+    when a read has been waiting that long does it fail the body, which wakes the pending read
+    with :class:`_Idle`. Time spent writing to the client is not counted, as before.
+    """
+
+    __slots__ = ("_handle", "_idle", "_loop", "_response", "reading", "since")
+
+    def __init__(self, response: aiohttp.ClientResponse, idle: float) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._response = response
+        self._idle = idle
+        self.reading = False
+        self.since = time.perf_counter()
+        self._handle: asyncio.TimerHandle | None = self._loop.call_at(
+            self._loop.time() + idle, self._check)
+
+    def reading_since(self, t0: float) -> None:
+        self.reading = True
+        self.since = t0
+
+    def _check(self) -> None:
+        self._handle = None
+        if self._response.closed:  # read to the end or closed: nothing left to bound
+            return
+        waited = time.perf_counter() - self.since if self.reading else 0.0
+        if waited >= self._idle:
+            self._response.content.set_exception(_Idle())
+            return
+        self._handle = self._loop.call_at(self._loop.time() + self._idle - waited, self._check)
+
+    def stop(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
 
 
 def connections_in_use(session: aiohttp.ClientSession) -> int:
