@@ -380,3 +380,70 @@ def test_encode_comment_is_ignored_by_the_reader() -> None:
     assert encode_comment().endswith(b"\n\n")
     assert encode_comment(b"keep-alive") == b":keep-alive\n\n"
     assert read_all(encode_comment(b"keep-alive") + encode_event(b"x")) == [SSEEvent("x")]
+
+
+# --- the fast path for plain events ------------------------------------------------------------
+
+_BLOCKS = st.one_of(
+    st.sampled_from([
+        b'data: {"a":1}\n\n', b'data:{"b":[2]}\n\n', b"data: [DONE]\n\n", b"data:  {}\n\n",
+        b": keep-alive\n\n", b"event: delta\ndata: {}\n\n", b"data: 1\ndata: 2\n\n",
+        b"data: {}\r\n\r\n", b"id: 7\n", b"retry: 10\n", b"data\n\n", b"\n", b"data: \xff\n\n",
+        BOM, b"data: \"\xc3\xa9\"\n\n", b'data: {"x":"' + b"y" * 40 + b'"}\n\n',
+    ]),
+    st.binary(max_size=12),
+)
+
+
+def _reference(pieces: list[bytes], max_event: int) -> list[Any]:
+    """The payloads as the general state machine alone gives them."""
+    from gateway.framing import _payload
+
+    reader = SSEReader(max_event)
+    out: list[Any] = []
+    for piece in pieces:
+        out.extend(_payload(e.data) for e in reader.feed(piece))
+    out.extend(_payload(e.data) for e in reader.finish())
+    return out
+
+
+def _fast(pieces: list[bytes], max_event: int) -> list[Any]:
+    from gateway.framing import reader_for
+
+    reader = reader_for("sse", max_event)
+    out: list[Any] = []
+    for piece in pieces:
+        out.extend(reader.feed(piece))
+    out.extend(reader.finish())
+    return out
+
+
+def _outcome(read: Any, pieces: list[bytes], max_event: int) -> Any:
+    try:
+        return read(pieces, max_event)
+    except FramingError:
+        return "FramingError"
+
+
+@given(st.lists(_BLOCKS, max_size=12), st.lists(st.integers(0, 400), max_size=6),
+       st.sampled_from([30, 1 << 20]))
+def test_plain_event_fast_path_reads_exactly_what_the_state_machine_reads(
+        blocks: list[bytes], cuts: list[int], max_event: int) -> None:
+    data = b"".join(blocks)
+    pieces = split(data, cuts)
+    assert _outcome(_fast, pieces, max_event) == _outcome(_reference, pieces, max_event)
+
+
+def test_plain_events_take_the_fast_path_and_odd_ones_do_not() -> None:
+    reader = SSEReader()
+    assert reader.feed(b'data: {"a":1}\n\n') == [SSEEvent('{"a":1}')]  # the first read: BOM check
+    assert reader.plain_data(b'data: {"b":2}\n\ndata:[DONE]\n\n') == [b'{"b":2}', b"[DONE]"]
+    for odd in (b"data: {}\r\n\r\n", b"data: 1\ndata: 2\n\n", b"event: x\ndata: {}\n\n",
+                b": ping\n\n", b"data: {}\n", b"data: {}\n\ndata: {", b"\n\n"):
+        assert reader.plain_data(odd) is None, odd
+    reader.feed(b"data: {")  # inside an event: the state machine must finish it
+    assert reader.plain_data(b"data: {}\n\n") is None
+    small = SSEReader(max_event=8)
+    small.feed(b"data:1\n\n")
+    assert small.plain_data(b"data:123\n\n") == [b"123"]
+    assert small.plain_data(b"data: 12345\n\n") is None  # over the limit: feed() says so

@@ -48,17 +48,28 @@ class _SSEPayloadReader:
         self._sse = SSEReader(max_size)
 
     def feed(self, data: bytes) -> list[Any]:
-        return [_payload(e) for e in self._sse.feed(data)]
+        plain = self._sse.plain_data(data)
+        if plain is not None:
+            return [_payload_of_bytes(d) for d in plain]
+        return [_payload(e.data) for e in self._sse.feed(data)]
 
     def finish(self) -> list[Any]:
-        return [_payload(e) for e in self._sse.finish()]
+        return [_payload(e.data) for e in self._sse.finish()]
 
 
-def _payload(event: SSEEvent) -> Any:
+def _payload(data: str) -> Any:
     try:
-        return orjson.loads(event.data)
+        return orjson.loads(data)
     except orjson.JSONDecodeError:
-        return RawData(event.data)
+        return RawData(data)
+
+
+def _payload_of_bytes(data: bytes) -> Any:
+    try:
+        return orjson.loads(data)  # no detour through str for the common case
+    except orjson.JSONDecodeError:
+        # Not JSON, or not UTF-8: what the general path does (decode with replacement first).
+        return _payload(data.decode("utf-8", "replace"))
 
 
 def detect_framing(head: bytes) -> Framing | None:
