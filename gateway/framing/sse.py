@@ -92,7 +92,7 @@ class SSEReader:
         it without the line-by-line state machine makes an event about five times cheaper. What
         it returns is what :meth:`feed` would have returned as ``SSEEvent.data``, still as bytes.
         """
-        if (self._buf or self._data or self._cr or self._first or self._event
+        if (self._buf or self._data or self._cr or self._event
                 or not data.endswith(b"\n\n") or b"\r" in data):
             return None
         blocks = data.split(b"\n\n")
@@ -103,6 +103,7 @@ class SSEReader:
                     or len(block) > self._max):
                 return None
             out.append(block[6:] if block[5:6] == b" " else block[5:])
+        self._first = False  # it began with "data:", so there was no BOM to drop
         return out
 
     def finish(self) -> list[SSEEvent]:
