@@ -104,6 +104,8 @@ class Balancer:
 
     def order(self, route: RouteConfig, states: dict[str, UpstreamState]) -> list[str]:
         entries = route.upstreams
+        if len(entries) == 1:
+            return [entries[0].name]
         names = [e.name for e in entries]
         if len(names) > 1:
             if route.strategy == "round-robin":

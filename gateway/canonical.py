@@ -14,8 +14,8 @@ renders the same dialect, which is what makes parse-then-render an identity.
 
 from __future__ import annotations
 
+import os
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
@@ -212,7 +212,7 @@ def now() -> int:
 
 
 def new_completion_id() -> str:
-    return "chatcmpl-" + uuid.uuid4().hex
+    return "chatcmpl-" + os.urandom(16).hex()  # uuid4().hex's shape, cheaper
 
 
 def agent_header(agent: str | None, *, first: bool) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -164,10 +165,12 @@ class RouteConfig(_Model):
             raise ValueError(f"{v} is served by the gateway itself")
         return v
 
-    @property
-    def upstreams(self) -> list[RouteUpstream]:
+    @cached_property
+    def upstreams(self) -> tuple[RouteUpstream, ...]:
+        """The upstreams in one shape. Cached: the balancer reads it on every request, and a
+        frozen model's answer never changes."""
         items = self.upstream if isinstance(self.upstream, list) else [self.upstream]
-        return [RouteUpstream(name=u) if isinstance(u, str) else u for u in items]
+        return tuple(RouteUpstream(name=u) if isinstance(u, str) else u for u in items)
 
 
 class GatewayConfig(_Model):

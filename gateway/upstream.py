@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -193,6 +194,11 @@ def parse_retry_after(value: str | None) -> float | None:
         return None  # an HTTP date: not worth honouring for a chat answer
 
 
+@functools.cache
+def _client_timeout(connect: float | None) -> aiohttp.ClientTimeout:
+    return aiohttp.ClientTimeout(total=None, sock_connect=connect)  # immutable: shared
+
+
 @asynccontextmanager
 async def open_upstream(
     session: aiohttp.ClientSession, config: UpstreamConfig, body: bytes,
@@ -205,7 +211,7 @@ async def open_upstream(
     # No sock_read: it would bound the wait for the headers and every silence of a whole
     # answer by ``idle_timeout``, which is about the gaps of a stream only (chunks_of applies it);
     # the headers are bounded by ``first_byte_timeout`` below, a whole body by ``timeout``.
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=config.connect_timeout)
+    timeout = _client_timeout(config.connect_timeout)
     first_byte = config.first_byte_timeout or config.timeout
     started = time.perf_counter()
     try:
