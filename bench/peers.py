@@ -34,7 +34,6 @@ import os
 import platform
 import secrets
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -52,6 +51,7 @@ try:
     import procs
     import wire
     from aiohttp import ClientSession, ClientTimeout
+    from procs import fmt
 except ImportError as e:  # pragma: no cover - a fresh clone without the venv
     sys.exit(f"bench/peers.py needs the project's dependencies ({e}): run it with .venv/bin/python")
 
@@ -360,27 +360,6 @@ FIGURES = ("rps", "p50_ms", "p99_ms", "ttfb_p50_ms", "ttfb_p99_ms", "cpu_ms_per_
            "server_cpu_pct", "generator_cpu_pct", "rss_peak_mib")
 
 
-def combine(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {"repetitions": len(runs), "errors": sum(r["errors"] for r in runs),
-                           "requests": sum(r["requests"] for r in runs)}
-    for f in FIGURES:
-        values = [r[f] for r in runs if r.get(f) is not None]
-        if values:
-            out[f] = max(values) if f.startswith("rss") else statistics.median(values)
-    samples = [s for r in runs for s in r.get("error_samples", [])]
-    if samples:
-        out["error_samples"] = samples[:3]
-    return out
-
-
-def fmt(v: Any, digits: int = 1) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return f"{v:.{digits}f}"
-    return str(v)
-
-
 LEGEND = """\
 x pt: req/s over the pass-through's (same mode, same run). p50ms/p99ms: request start to last
 byte; ttfb50: to the first body byte (streams). err: non-200, transport errors or text that does
@@ -423,12 +402,8 @@ def print_table(servers: list[Server], modes: list[str], conc: int,
 
 
 async def amain(a: argparse.Namespace) -> int:
-    cpus = procs.usable_cpus()
-    pin = not a.no_pin and len(cpus) >= 2
-    server_cpus = {cpus[0]} if pin else None
-    gen_cpus = {cpus[1]} if pin else None
-    if gen_cpus:
-        os.sched_setaffinity(0, gen_cpus)
+    split = procs.split_cores(a.no_pin)
+    cpus, pin, server_cpus, gen_cpus = split.usable, split.pinned, split.server, split.generator
     text = wire.answer_text(a.chunks)
     p_mock, p_pt, p_gw, p_ll, p_pk = (procs.free_port() for _ in range(5))
     py = sys.executable
@@ -536,7 +511,7 @@ async def amain(a: argparse.Namespace) -> int:
             for p in reversed(running):
                 p.stop()
 
-    summary = {k: combine(rs) for k, rs in runs.items() if rs}
+    summary = {k: procs.combine(rs, FIGURES) for k, rs in runs.items() if rs}
     table = print_table(servers, a.modes, a.concurrency, summary)
     print()
     print("\n".join(table))

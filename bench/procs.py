@@ -10,9 +10,11 @@ import math
 import os
 import signal
 import socket
+import statistics
 import subprocess
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -29,6 +31,50 @@ def free_port() -> int:
 
 def usable_cpus() -> list[int]:
     return sorted(os.sched_getaffinity(0))
+
+
+@dataclass(frozen=True, slots=True)
+class Cores:
+    """Where the bench's processes run: the server under test on one core, the caller (load
+    driver) and the mock on another; nothing pinned (``None``) with fewer than two cores."""
+
+    usable: list[int]
+    pinned: bool
+    server: set[int] | None
+    generator: set[int] | None
+
+
+def split_cores(no_pin: bool = False) -> Cores:
+    """Pins the calling process to the generator's core and says where the server goes."""
+    cpus = usable_cpus()
+    pin = not no_pin and len(cpus) >= 2
+    cores = Cores(cpus, pin, {cpus[0]} if pin else None, {cpus[1]} if pin else None)
+    if cores.generator:
+        os.sched_setaffinity(0, cores.generator)
+    return cores
+
+
+def combine(runs: list[dict[str, Any]], figures: Sequence[str]) -> dict[str, Any]:
+    """Medians over the repetitions; errors are summed; the RSS peak is the largest."""
+    out: dict[str, Any] = {"repetitions": len(runs),
+                           "errors": sum(r["errors"] for r in runs),
+                           "requests": sum(r["requests"] for r in runs)}
+    for f in figures:
+        values = [r[f] for r in runs if r.get(f) is not None]
+        if values:
+            out[f] = max(values) if f.startswith("rss") else statistics.median(values)
+    samples = [s for r in runs for s in r.get("error_samples", [])]
+    if samples:
+        out["error_samples"] = samples[:3]
+    return out
+
+
+def fmt(v: Any, digits: int = 1) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.{digits}f}"
+    return str(v)
 
 
 class Proc:

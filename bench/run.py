@@ -22,7 +22,6 @@ import math
 import os
 import platform
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -39,6 +38,7 @@ try:
     import procs
     import wire
     from aiohttp import ClientSession, ClientTimeout
+    from procs import fmt
 except ImportError as e:  # pragma: no cover - a fresh clone without the venv
     sys.exit(f"bench/run.py needs the project's dependencies ({e}): run `make bench` (it sets "
              "up .venv), or `.venv/bin/python bench/run.py` once .venv exists")
@@ -348,29 +348,6 @@ FIGURES = ("rps", "p50_ms", "p99_ms", "ttfb_p50_ms", "ttfb_p99_ms", "cpu_ms_per_
            "overhead_mean_us", "overhead_p50_us", "overhead_p99_us")
 
 
-def combine(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Medians over the repetitions; errors are summed; the RSS peak is the largest."""
-    out: dict[str, Any] = {"repetitions": len(runs),
-                           "errors": sum(r["errors"] for r in runs),
-                           "requests": sum(r["requests"] for r in runs)}
-    for f in FIGURES:
-        values = [r[f] for r in runs if r.get(f) is not None]
-        if values:
-            out[f] = max(values) if f.startswith("rss") else statistics.median(values)
-    samples = [s for r in runs for s in r.get("error_samples", [])]
-    if samples:
-        out["error_samples"] = samples[:3]
-    return out
-
-
-def fmt(v: Any, digits: int = 1) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return f"{v:.{digits}f}"
-    return str(v)
-
-
 def baseline(summary: dict[Spec, dict[str, Any]], spec: Spec) -> dict[str, Any] | None:
     return summary.get(Spec(spec.scenario if spec.scenario != "workers" else "load",
                             spec.concurrency, spec.mode, "passthrough", spec.upstream,
@@ -522,13 +499,9 @@ def git_rev() -> str | None:
 
 
 async def amain(a: argparse.Namespace) -> int:
-    cpus = procs.usable_cpus()
-    pin = not a.no_pin and len(cpus) >= 2
-    server_cpus = {cpus[0]} if pin else None
-    gen_cpus = {cpus[1]} if pin else None
+    split = procs.split_cores(a.no_pin)
+    cpus, pin, server_cpus, gen_cpus = split.usable, split.pinned, split.server, split.generator
     cores = cpus[:2] if pin else []
-    if gen_cpus:
-        os.sched_setaffinity(0, gen_cpus)
     text = wire.answer_text(a.chunks)
     ports = Ports(*(procs.free_port() for _ in range(5)))
     py = sys.executable
@@ -612,7 +585,7 @@ async def amain(a: argparse.Namespace) -> int:
             for p in reversed(running):
                 p.stop()
 
-    summary = {spec: combine(rs) for spec, rs in runs.items() if rs}
+    summary = {spec: procs.combine(rs, FIGURES) for spec, rs in runs.items() if rs}
     table = print_table(summary)
     rows = checks(summary, idle.get("gateway"), w2)
     targets = print_checks(rows)

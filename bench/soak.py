@@ -651,12 +651,8 @@ def report(a: argparse.Namespace, r: dict[str, Any]) -> list[str]:
 
 
 async def amain(a: argparse.Namespace) -> int:
-    cpus = procs.usable_cpus()
-    pin = not a.no_pin and len(cpus) >= 2
-    server_cpus = {cpus[0]} if pin else None
-    gen_cpus = {cpus[1]} if pin else None
-    if gen_cpus:
-        os.sched_setaffinity(0, gen_cpus)
+    split = procs.split_cores(a.no_pin)
+    cpus, pin, server_cpus, gen_cpus = split.usable, split.pinned, split.server, split.generator
     client_d, upstream_d = a.pair
     mock_port = procs.free_port()
     # run.py's config: the "paced" routes go to its paced mock port, here the only one.
