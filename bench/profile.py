@@ -79,18 +79,16 @@ def summarize(raw: Path, top: int) -> str:
 
 async def profile(a: argparse.Namespace, spy: str) -> Path:
     client, upstream = run.parse_pairs(a.pair)[0]
-    cpus = procs.usable_cpus()
-    pin = len(cpus) >= 2
+    cores = procs.split_cores()  # this driver and the mock on one core, the gateway on another
     tmp = Path(tempfile.mkdtemp(prefix="gateway-profile-"))
     ports = run.Ports(*(procs.free_port() for _ in range(5)))
     mock = procs.Proc("mock", [sys.executable, str(HERE / "mock.py"), "--chunks", str(a.chunks),
                                "--listen", str(ports.mock), "--listen", f"{ports.paced}:10"],
-                      {cpus[1]} if pin else None, tmp / "mock.log")
+                      cores.generator, tmp / "mock.log")
     gw = None
     try:
         await procs.wait_ready(mock, f"http://127.0.0.1:{ports.mock}/", 10)
-        gw = await run.start_gateway(run.parse_args([]), tmp, ports,
-                                     {cpus[0]} if pin else None, 1)
+        gw = await run.start_gateway(run.parse_args([]), tmp, ports, cores.server, 1)
         out = a.out or tmp / f"{client}-{upstream}-{a.mode}.txt"
         recorder = subprocess.Popen(
             [spy, "record", "--pid", str(gw.pid), "--duration", str(int(a.seconds)),
