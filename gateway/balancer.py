@@ -104,16 +104,15 @@ class Balancer:
 
     def order(self, route: RouteConfig, states: dict[str, UpstreamState]) -> list[str]:
         entries = route.upstreams
-        if len(entries) == 1:
+        if len(entries) == 1:  # nothing to order, and every request of most routes comes here
             return [entries[0].name]
         names = [e.name for e in entries]
-        if len(names) > 1:
-            if route.strategy == "round-robin":
-                n = next(self._counters.setdefault(route.path, itertools.count()))
-                k = n % len(names)
-                names = names[k:] + names[:k]
-            elif route.strategy == "weighted":
-                names = _weighted_order(names, [e.weight for e in entries])
+        if route.strategy == "round-robin":
+            n = next(self._counters.setdefault(route.path, itertools.count()))
+            k = n % len(names)
+            names = names[k:] + names[:k]
+        elif route.strategy == "weighted":
+            names = _weighted_order(names, [e.weight for e in entries])
         now = time.monotonic()
         up = [n for n in names if states[n].available(now)]
         down = [n for n in names if n not in up]
