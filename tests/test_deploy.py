@@ -243,6 +243,37 @@ def test_promtool_check_rules() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_alert_thresholds_are_bucket_bounds() -> None:
+    """A quantile compared with a threshold between two bucket bounds is interpolated: the
+    alert would fire at a value the histogram cannot tell from its neighbours."""
+    from gateway.metrics import Metrics
+
+    bounds: dict[str, set[float]] = {}
+    for family in Metrics().registry.collect():
+        for s in family.samples:
+            if s.name.endswith("_bucket") and s.labels["le"] != "+Inf":
+                bounds.setdefault(s.name, set()).add(float(s.labels["le"]))
+    rules = yaml.safe_load((DEPLOY / "prometheus" / "alerts.yml").read_text())
+    checked = 0
+    for rule in rules["groups"][0]["rules"]:
+        found = re.search(r"histogram_quantile\(.*?(\w+_bucket)\b.*\)\s*>\s*([\d.]+)",
+                          rule["expr"], re.S)
+        if found:
+            name, threshold = found.group(1), float(found.group(2))
+            assert threshold in bounds[name], (rule["alert"], threshold, sorted(bounds[name]))
+            checked += 1
+    assert checked >= 2
+
+
+def test_latency_buckets_resolve_within_a_factor_of_two() -> None:
+    from gateway.metrics import LATENCY_BUCKETS
+
+    assert list(LATENCY_BUCKETS) == sorted(set(LATENCY_BUCKETS))
+    assert LATENCY_BUCKETS[0] <= 0.005 and LATENCY_BUCKETS[-1] >= 120
+    for low, high in zip(LATENCY_BUCKETS, LATENCY_BUCKETS[1:], strict=False):
+        assert high <= 2 * low, (low, high)
+
+
 def test_promtool_check_config() -> None:
     result = _promtool("check", "config", "deploy/prometheus/prometheus.yml")
     assert result.returncode == 0, result.stdout + result.stderr
