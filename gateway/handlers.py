@@ -7,10 +7,9 @@ import ipaddress
 import orjson
 from aiohttp import web
 
-from gateway.canonical import ChatError
 from gateway.keys import BALANCER, LOG, METRICS, RELOADER, RUNTIME, SESSION
 from gateway.metrics import CONTENT_TYPE_LATEST
-from gateway.proxy import Exchange, error_response
+from gateway.proxy import Exchange, unrouted
 
 __all__ = ["chat", "healthz", "json_error", "metrics", "readyz", "reload"]
 
@@ -26,14 +25,10 @@ async def chat(request: web.Request) -> web.StreamResponse:
     runtime = request.app[RUNTIME].current
     entry = runtime.route_for(request.path)
     if entry is None:
-        return json_error(404, f"no route for {request.path}", "NOT_FOUND")
+        return unrouted(request, json_error(404, f"no route for {request.path}", "NOT_FOUND"),
+                        request.app[METRICS], request.app[LOG])
     if request.method == "OPTIONS" and runtime.config.server.cors.allow_origins:
         return web.Response(status=204)  # the CORS headers are added as it is prepared
-    if request.method != "POST":
-        resp = error_response(entry.client, ChatError(
-            405, f"{request.method} is not allowed here; use POST", code="METHOD_NOT_ALLOWED"))
-        resp.headers["Allow"] = "POST, OPTIONS"
-        return resp
     exchange = Exchange(request, runtime, entry, request.app[SESSION], request.app[METRICS],
                         request.app[BALANCER], request.app[LOG])
     return await exchange.run()

@@ -35,9 +35,11 @@ from gateway.pipeline import (
 from gateway.runtime import RouteEntry, Runtime
 from gateway.upstream import UpstreamCall, has_userinfo, open_upstream
 
-__all__ = ["Exchange", "error_response"]
+__all__ = ["UNROUTED", "Exchange", "error_response", "unrouted"]
 
 _NONE = "none"
+UNROUTED = _NONE
+"""The ``route`` (and dialect and upstream) label of requests for a path no route serves."""
 _JSON = "application/json"
 
 
@@ -48,6 +50,19 @@ def error_response(dialect: Dialect, err: ChatError, request_id: str | None = No
         headers["Retry-After"] = str(max(1, round(err.retry_after)))
     return web.Response(status=err.status, body=orjson.dumps(dialect.render_error(err)),
                         content_type=_JSON, headers=headers)
+
+
+def unrouted(request: web.Request, response: web.Response, metrics: Metrics, log: Any,
+             ) -> web.Response:
+    """Counts and logs the answer to a path no route serves, as a proxy's access log shows the
+    scanners and the typos too. One ``none`` label for all such paths: a path in a label would
+    let any client grow the metrics without bound."""
+    request_id = _request_id(request)
+    response.headers["X-Request-ID"] = request_id
+    metrics.requests.labels(UNROUTED, _NONE, _NONE, _NONE, str(response.status)).inc()
+    log.info("access", request_id=request_id, route=None, path=request.path,
+             method=request.method, status=response.status)
+    return response
 
 
 @dataclass(slots=True)
@@ -109,6 +124,12 @@ class Exchange:
             self._record(response)
 
     async def _serve(self) -> web.StreamResponse:
+        if self.request.method != "POST":
+            refused = self._fail(ChatError(
+                405, f"{self.request.method} is not allowed here; use POST",
+                code="METHOD_NOT_ALLOWED"))
+            refused.headers["Allow"] = "POST, OPTIONS"
+            return refused
         denied = self._check_auth()
         if denied is not None:
             return denied

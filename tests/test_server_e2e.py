@@ -321,7 +321,19 @@ async def test_healthz_metrics_unknown_path_and_method(aiohttp_client: Any,
         assert wrong.headers["Content-Type"].startswith("application/json")
         assert "POST" in wrong.headers["Allow"]
         assert "GET" in error_of(client, await wrong.json())
+        assert wrong.headers["X-Request-ID"]
+        assert sample(await metric_samples(gw2), "gateway_requests_total", route="/c",
+                      client_dialect=client, upstream="none", upstream_dialect="none",
+                      status="405") == 1
     assert fake.seen == []
+    assert unknown.headers["X-Request-ID"]
+    # every unknown path shares one label set, so scanners cannot grow the series
+    await gw.get("/wp-login.php")
+    s = await metric_samples(gw)
+    assert sample(s, "gateway_requests_total", route="none", client_dialect="none",
+                  upstream="none", upstream_dialect="none", status="404") == 2
+    assert not any(dict(labels).get("route") in ("/nowhere", "/wp-login.php")
+                   for _, labels in s)
 
 
 async def test_cors_off_by_default(aiohttp_client: Any, fakes: Fakes) -> None:
@@ -660,6 +672,22 @@ async def test_access_log_per_request_without_secrets(aiohttp_client: Any, fakes
     assert any(e["event"] == "upstream_error" for e in events)
     assert "planted-client-secret-42" not in text
     assert "s3cr3t-hdr-value" not in text
+
+
+async def test_access_log_shows_unknown_paths_and_wrong_methods(
+        aiohttp_client: Any, fakes: Fakes, log_stream: io.StringIO) -> None:
+    fake = await fakes.start(OPENAI)
+    gw = await gateway(aiohttp_client, one_route(P0529, upstream_config(fake)))
+    assert (await gw.get("/nowhere?token=planted-query-secret")).status == 404
+    assert (await gw.get("/c", headers={"X-Request-ID": "req-405"})).status == 405
+    text = log_stream.getvalue()
+    access = [e for e in map(orjson.loads, text.splitlines()) if e["event"] == "access"]
+    assert [(e["status"], e["route"]) for e in access] == [(404, None), (405, "/c")]
+    assert access[0]["path"] == "/nowhere" and access[0]["method"] == "GET"
+    assert access[0]["request_id"]
+    assert access[1]["request_id"] == "req-405" and access[1]["upstream"] == "none"
+    assert "planted-query-secret" not in text
+    assert fake.seen == []
 
 
 @pytest.mark.parametrize("client", DIALECT_NAMES)
