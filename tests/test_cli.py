@@ -10,7 +10,6 @@ import shlex
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -62,13 +61,6 @@ routes:
     dialect: protocol-2024-05-29
     upstream: b
 """
-
-
-@pytest.fixture
-async def fakes() -> AsyncIterator[Fakes]:
-    farm = Fakes()
-    yield farm
-    await farm.close()
 
 
 def write(tmp_path: Path, text: str, name: str = "gateway.yaml") -> str:

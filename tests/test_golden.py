@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 import pytest
+from readback import payloads_of, read_back
 
 from gateway.canonical import (
     ChatError,
@@ -27,9 +28,8 @@ from gateway.canonical import (
 )
 from gateway.dialects import DIALECT_NAMES, get
 from gateway.dialects.chatui import citations_from_sources, sources_of
-from gateway.framing import RawData, SniffingReader, encoder_for
+from gateway.framing import RawData, encoder_for
 from gateway.pipeline import (
-    ResponseAssembler,
     StreamTranslator,
     events_from_response,
     translate_error,
@@ -42,7 +42,6 @@ GOLDEN = Path(__file__).parent / "golden"
 SPECS, CAPTURES = GOLDEN / "specs", GOLDEN / "captures"
 P0128, P0529, CHATUI, OPENAI = DIALECT_NAMES
 PROTOCOLS = {P0128, P0529}
-CAN_CITE = {P0128, P0529, CHATUI}
 CAPTURE_DIALECT = {"ai-chat-protocol": P0529, "azure-search-openai-demo": P0529,
                    "chatui": CHATUI, "openai": OPENAI}
 CLIENT_STATE = {"client": "state-ü"}
@@ -227,21 +226,6 @@ def expect_for(path: Path) -> Expect:
 
 
 # --- reading what a client gets ------------------------------------------------------------------
-
-
-def payloads_of(data: bytes) -> list[Any]:
-    reader = SniffingReader()
-    return reader.feed(data) + reader.finish()
-
-
-def read_stream(dialect: str, data: bytes) -> ResponseAssembler:
-    dec, asm = get(dialect).decoder(), ResponseAssembler()
-    for p in payloads_of(data):
-        for e in dec.decode(p):
-            asm.add(e)
-    for e in dec.end():
-        asm.add(e)
-    return asm
 
 
 def translate_stream(path: Path, client: str, req: ChatRequest, seed: str,
@@ -520,7 +504,7 @@ def test_whole_response_served_as_stream(path: Path, target: str) -> None:
     check_framing(target, data)
     payloads = payloads_of(data)
     check_clean_end(target, payloads, text)
-    asm = read_stream(target, data)
+    asm = read_back(target, data)
     back = asm.response()
     assert asm.error is None and back.text == text
     assert back.session_state == expected_state(exp.state, target, client_state(target))
@@ -583,7 +567,7 @@ def test_stream_translates(path: Path, target: str) -> None:
         t, out = translate_stream(path, target, req, f"{rel(path)}/{target}/{sent}")
         check_framing(target, out)
         payloads = payloads_of(out)
-        asm = read_stream(target, out)
+        asm = read_back(target, out)
         back = asm.response()
         assert back.text == exp.text
         assert t.text_chars == len(exp.text)
@@ -614,7 +598,7 @@ def test_stream_served_whole(path: Path, target: str) -> None:
     source = dialect_of(path)
     exp = expect_for(path)
     req = client_request(target, client_state(target), stream=False)
-    asm = read_stream(source, stream_bytes(path))
+    asm = read_back(source, stream_bytes(path))
     if exp.error is not None:
         assert asm.error is not None and asm.error.message == exp.error
         out = wire(translate_error(ChatError(502, asm.error.message), get(target)))
@@ -650,8 +634,8 @@ def test_back_to_back_objects_are_read(path: Path) -> None:
     """The spec documents print stream objects back to back (``}{``); the reader copes."""
     objects = [orjson.dumps(v) for v in json_lines(path)]
     body = b"".join(objects)
-    asm = read_stream(dialect_of(path), body)
-    ref = read_stream(dialect_of(path), stream_bytes(path))
+    asm = read_back(dialect_of(path), body)
+    ref = read_back(dialect_of(path), stream_bytes(path))
     assert asm.response().text == ref.response().text
     assert (asm.error and asm.error.message) == (ref.error and ref.error.message)
 

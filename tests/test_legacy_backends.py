@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -39,6 +38,7 @@ from fakes import (
     upstream_config,
 )
 from prometheus_client.parser import text_string_to_metric_families
+from readback import CAN_CITE
 
 from gateway import handlers
 from gateway.app import create_app
@@ -47,17 +47,9 @@ from gateway.dialects import DIALECT_NAMES
 
 PAIRS = [(c, u) for c in DIALECT_NAMES for u in DIALECT_NAMES]
 PAIR_IDS = [f"{c}<-{u}" for c, u in PAIRS]
-CAN_CITE = {P0128, P0529, CHATUI}
 CAN_FOLLOW = {P0128, P0529}
 USAGE_BOTH = {P0128, OPENAI}
 Q = {"messages": [{"role": "user", "content": "q"}]}
-
-
-@pytest.fixture
-async def fakes() -> AsyncIterator[Fakes]:
-    farm = Fakes()
-    yield farm
-    await farm.close()
 
 
 async def gateway(aiohttp_client: Any, cfg: dict[str, Any], *,

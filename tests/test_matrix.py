@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 import pytest
+from readback import CAN_CITE, payloads_of, read_back
 
 from gateway.canonical import (
     AssistantMessage,
@@ -37,9 +38,8 @@ from gateway.canonical import (
     followups_of,
 )
 from gateway.dialects import DIALECT_NAMES, Dialect, get
-from gateway.framing import RawData, SniffingReader, encoder_for
+from gateway.framing import RawData, encoder_for
 from gateway.pipeline import (
-    ResponseAssembler,
     StreamTranslator,
     translate_error,
     translate_request,
@@ -50,7 +50,6 @@ P0128, P0529, CHATUI, OPENAI = DIALECT_NAMES
 PAIRS = [(u, c) for u in DIALECT_NAMES for c in DIALECT_NAMES]
 PAIR_IDS = [f"{u}->{c}" for u, c in PAIRS]
 
-CAN_CITE = {P0128, P0529, CHATUI}
 CAN_FOLLOW = {P0128, P0529}
 USAGE_WHOLE = {P0128, OPENAI}
 
@@ -200,21 +199,6 @@ def translate_stream(up: str, cl: str, req: ChatRequest, data: bytes,
     return t, out + t.finish()
 
 
-def client_payloads(data: bytes) -> list[Any]:
-    reader = SniffingReader()
-    return reader.feed(data) + reader.finish()
-
-
-def read_as_client(cl: str, data: bytes) -> ResponseAssembler:
-    dec, asm = get(cl).decoder(), ResponseAssembler()
-    for p in client_payloads(data):
-        for e in dec.decode(p):
-            asm.add(e)
-    for e in dec.end():
-        asm.add(e)
-    return asm
-
-
 def check_framing(cl: str, data: bytes) -> None:
     """The client's bytes are well formed: newline-terminated JSON lines, or SSE events."""
     if get(cl).framing == "jsonlines":
@@ -316,9 +300,9 @@ def test_stream(up: str, cl: str, kind: str) -> None:
 
     assert t.error is None and not t.broken and t.done
     check_framing(cl, out)
-    payloads = client_payloads(out)
+    payloads = payloads_of(out)
     check_synthesised(cl, payloads, TEXT)
-    asm = read_as_client(cl, out)
+    asm = read_back(cl, out)
     back = asm.response()
     assert asm.error is None
     assert back.text == TEXT
@@ -350,11 +334,11 @@ def test_stream_error(up: str, cl: str) -> None:
 
     assert t.error is not None and t.error.message == ERROR_MESSAGE and not t.broken
     check_framing(cl, out)
-    asm = read_as_client(cl, out)
+    asm = read_back(cl, out)
     assert asm.error is not None and asm.error.message == ERROR_MESSAGE
     assert asm.response().text == partial
     assert asm.response().finish_reason is None
-    assert_ends_in_error(cl, client_payloads(out))
+    assert_ends_in_error(cl, payloads_of(out))
 
 
 def assert_ends_in_error(cl: str, payloads: list[Any]) -> None:
@@ -386,15 +370,15 @@ def test_stream_truncated(up: str, cl: str) -> None:
     t, out = translate_stream(up, cl, req, data, rng)
     assert t.broken and t.error is not None
     check_framing(cl, out)
-    assert read_as_client(cl, out).error is not None
-    assert_ends_in_error(cl, client_payloads(out))
+    assert read_back(cl, out).error is not None
+    assert_ends_in_error(cl, payloads_of(out))
 
     # cut between frames: only the dialects with an end marker can tell
     data = b"".join(frames[:4])
     t, out = translate_stream(up, cl, req, data, rng)
     if up in (OPENAI, CHATUI):
         assert t.broken and t.error is not None
-        assert_ends_in_error(cl, client_payloads(out))
+        assert_ends_in_error(cl, payloads_of(out))
     else:
         assert t.error is None and t.done
 
@@ -414,7 +398,7 @@ def test_multi_agent(up: str, cl: str, first: str | None) -> None:
     data = b"".join(encode_frames(get(up), upstream_request(up), events))
     t, out = translate_stream(up, cl, client_request(cl, stream=True, state=None), data, rng)
     assert t.error is None
-    assert read_as_client(cl, out).response().text == resp.text
+    assert read_back(cl, out).response().text == resp.text
     whole = wire(get(up).render_response(resp, upstream_request(up)))
     req = client_request(cl, stream=False, state=None)
     assert get(cl).parse_response(wire(translate_response(whole, get(up), get(cl), req))).text \
@@ -472,9 +456,9 @@ def test_p0529_client_gets_its_own_spelling(up: str, key: str) -> None:
     rng = random.Random(f"{up}/{key}")
     data = b"".join(encode_frames(get(up), upstream_request(up), stream_events(state, rng)))
     _, stream_out = translate_stream(up, P0529, req, data, rng)
-    payloads = client_payloads(stream_out)
+    payloads = payloads_of(stream_out)
     assert session_keys_on_wire(payloads) == {key}
-    assert read_as_client(P0529, stream_out).response().session_state == \
+    assert read_back(P0529, stream_out).response().session_state == \
         (state if up != OPENAI else {"old": 1})
 
 
@@ -492,7 +476,7 @@ def test_session_echo_when_upstream_has_none(up: str, cl: str) -> None:
     rng = random.Random(f"echo/{up}/{cl}")
     data = b"".join(encode_frames(get(up), upstream_request(up), stream_events(None, rng)))
     _, out = translate_stream(up, cl, req, data, rng)
-    assert read_as_client(cl, out).response().session_state == expected
+    assert read_back(cl, out).response().session_state == expected
 
 
 @pytest.mark.parametrize("cl", DIALECT_NAMES)
@@ -508,4 +492,4 @@ def test_chatui_multi_agent_stream_cut_after_first_agent(cl: str) -> None:
     t, out = translate_stream(CHATUI, cl, client_request(cl, stream=True, state=None),
                               b"".join(frames[:cut]), rng)
     assert t.broken and t.error is not None
-    assert_ends_in_error(cl, client_payloads(out))
+    assert_ends_in_error(cl, payloads_of(out))

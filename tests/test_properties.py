@@ -16,6 +16,7 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from readback import CAN_CITE, assemble, payloads_of
 
 from gateway.canonical import (
     AssistantMessage,
@@ -33,7 +34,7 @@ from gateway.canonical import (
     followups_of,
 )
 from gateway.dialects import DIALECT_NAMES, get
-from gateway.framing import RawData, SniffingReader, encoder_for
+from gateway.framing import RawData, encoder_for
 from gateway.pipeline import ResponseAssembler, StreamTranslator, translate_response
 
 P0128, P0529, CHATUI, OPENAI = DIALECT_NAMES
@@ -41,7 +42,6 @@ P0128, P0529, CHATUI, OPENAI = DIALECT_NAMES
 # default 60 s per test
 pytestmark = pytest.mark.timeout(max(60, int(settings().max_examples * 0.06)))
 PAIRS = [(u, c) for u in DIALECT_NAMES for c in DIALECT_NAMES]
-CAN_CITE = {P0128, P0529, CHATUI}
 PROTOCOLS = {P0128, P0529}
 
 # --- strategies ----------------------------------------------------------------------------------
@@ -144,14 +144,8 @@ def translate(up: str, cl: str, req: ChatRequest, data: bytes,
 
 
 def read_as_client(cl: str, data: bytes) -> tuple[ResponseAssembler, list[Any]]:
-    reader, dec, asm = SniffingReader(), get(cl).decoder(), ResponseAssembler()
-    payloads = reader.feed(data) + reader.finish()
-    for p in payloads:
-        for e in dec.decode(p):
-            asm.add(e)
-    for e in dec.end():
-        asm.add(e)
-    return asm, payloads
+    payloads = payloads_of(data)
+    return assemble(cl, payloads), payloads
 
 
 def check_carried(up: str, cl: str, back: ChatResponse, cites: list[Citation],

@@ -38,6 +38,7 @@ from fakes import (
     upstream_config,
 )
 from prometheus_client.parser import text_string_to_metric_families
+from readback import CAN_CITE
 
 from gateway import proxy
 from gateway.app import create_app
@@ -49,16 +50,8 @@ PAIRS = [(c, u) for c in DIALECT_NAMES for u in DIALECT_NAMES]
 PAIR_IDS = [f"{c}<-{u}" for c, u in PAIRS]
 STREAM_TYPES = {P0128: "application/json-lines", P0529: "application/json-lines",
                 CHATUI: "text/event-stream", OPENAI: "text/event-stream"}
-CAN_CITE = {P0128, P0529, CHATUI}
 CAN_FOLLOW = {P0128, P0529}
 USAGE_BOTH = {P0128, OPENAI}
-
-
-@pytest.fixture
-async def fakes() -> AsyncIterator[Fakes]:
-    farm = Fakes()
-    yield farm
-    await farm.close()
 
 
 async def gateway(aiohttp_client: Any, cfg: dict[str, Any],

@@ -10,10 +10,10 @@ from typing import Any
 
 import orjson
 import pytest
+from readback import read_back
 
 from gateway.dialects import DIALECT_NAMES, get
 from gateway.framing import RawData, SniffingReader
-from gateway.pipeline import ResponseAssembler
 from gateway.translate_cli import run_translate
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -30,16 +30,6 @@ def run(source: str, target: str, data: bytes, *, request: bool = False, stream:
     reason = run_translate(source, target, request=request, stream=stream, model=model,
                            stdin=io.BytesIO(data), stdout=stdout)
     return reason, stdout.getvalue()
-
-
-def read_stream(dialect: str, data: bytes) -> ResponseAssembler:
-    reader, dec, asm = SniffingReader(), get(dialect).decoder(), ResponseAssembler()
-    for p in reader.feed(data) + reader.finish():
-        for e in dec.decode(p):
-            asm.add(e)
-    for e in dec.end():
-        asm.add(e)
-    return asm
 
 
 def one_json_line(out: bytes) -> Any:
@@ -67,7 +57,7 @@ def test_every_capture_translates(path: Path, target: str) -> None:
     else:
         assert out.endswith(b"\n\n")
         assert all(e.startswith(b"data: ") for e in out.split(b"\n\n")[:-1])
-    got, want = read_stream(target, out), read_stream(source, data)
+    got, want = read_back(target, out), read_back(source, data)
     assert got.response().text == want.response().text
     assert (got.error and got.error.message) == (want.error and want.error.message)
     if want.error is None and target == OPENAI:
@@ -115,7 +105,7 @@ def test_spec_streams_translate() -> None:
         for target in DIALECT_NAMES:
             reason, out = run(source, target, path.read_bytes(), stream=True)
             assert reason is None, (path, target)
-            assert read_stream(target, out).response().text or "error" in path.name
+            assert read_back(target, out).response().text or "error" in path.name
 
 
 def test_request_stream_flag_and_model() -> None:
@@ -177,7 +167,7 @@ def test_truncated_openai_stream(target: str) -> None:
     cut = cut[: cut.rindex(b"\n\n") + 2]  # whole events only, the last one a content chunk
     reason, out = run(OPENAI, target, cut, stream=True)
     assert_reason(reason, "bad openai stream", "ended before it finished")
-    asm = read_stream(target, out)
+    asm = read_back(target, out)
     assert asm.error is not None and asm.response().text == "Paris is the capital of France. 🇫🇷"
     assert b"[DONE]" not in out and b'"completed"' not in out
 
