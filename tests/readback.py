@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from gateway.dialects import get
 from gateway.framing import SniffingReader
 from gateway.pipeline import ResponseAssembler
 
-__all__ = ["CAN_CITE", "assemble", "payloads_of", "read_back"]
+__all__ = ["CAN_CITE", "assemble", "check_framing", "payloads_of", "read_back"]
 
 CAN_CITE = {"protocol-2024-01-28", "protocol-2024-05-29", "chatui"}
 """The dialects that carry citations (openai has no place for them)."""
@@ -36,3 +38,16 @@ def assemble(dialect: str, payloads: list[Any]) -> ResponseAssembler:
 
 def read_back(dialect: str, data: bytes) -> ResponseAssembler:
     return assemble(dialect, payloads_of(data))
+
+
+def check_framing(dialect: str, data: bytes) -> None:
+    """The client's bytes are well formed: newline-terminated JSON lines, or SSE events of one
+    ``data:`` line each."""
+    if get(dialect).framing == "jsonlines":
+        assert data.endswith(b"\n")
+        for line in data.split(b"\n")[:-1]:
+            assert isinstance(orjson.loads(line), dict)
+    else:
+        assert data.endswith(b"\n\n")
+        for event in data.split(b"\n\n")[:-1]:
+            assert event.startswith(b"data: ") and b"\n" not in event

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 import pytest
-from readback import payloads_of, read_back
+from readback import check_framing, payloads_of, read_back
 
 from gateway.canonical import (
     ChatError,
@@ -240,17 +240,6 @@ def translate_stream(path: Path, client: str, req: ChatRequest, seed: str,
         i += n
     out.append(t.finish())
     return t, b"".join(out)
-
-
-def check_framing(client: str, data: bytes) -> None:
-    if get(client).framing == "jsonlines":
-        assert data.endswith(b"\n")
-        for line in data.split(b"\n")[:-1]:
-            assert isinstance(orjson.loads(line), dict)
-    else:
-        assert data.endswith(b"\n\n")
-        for event in data.split(b"\n\n")[:-1]:
-            assert event.startswith(b"data: ") and b"\n" not in event
 
 
 def check_clean_end(client: str, payloads: list[Any], text: str) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 import pytest
-from readback import CAN_CITE, payloads_of, read_back
+from readback import CAN_CITE, check_framing, payloads_of, read_back
 
 from gateway.canonical import (
     AssistantMessage,
@@ -197,18 +197,6 @@ def translate_stream(up: str, cl: str, req: ChatRequest, data: bytes,
     t = StreamTranslator(get(up), get(cl), req)
     out = b"".join(t.feed(c) for c in random_chunks(data, rng))
     return t, out + t.finish()
-
-
-def check_framing(cl: str, data: bytes) -> None:
-    """The client's bytes are well formed: newline-terminated JSON lines, or SSE events."""
-    if get(cl).framing == "jsonlines":
-        assert data.endswith(b"\n")
-        for line in data.split(b"\n")[:-1]:
-            assert isinstance(orjson.loads(line), dict)
-    else:
-        assert data.endswith(b"\n\n")
-        for event in data.split(b"\n\n")[:-1]:
-            assert event.startswith(b"data: ") and b"\n" not in event
 
 
 def expected_state(up: str, cl: str, kind: str) -> Any:

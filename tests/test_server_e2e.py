@@ -518,6 +518,13 @@ async def test_mid_stream_error_becomes_error_event_without_clean_finish(
 # --- clients that go away -------------------------------------------------------------------------
 
 
+async def disconnect_counted(gw: TestClient[Any, Any]) -> bool:
+    """One client disconnect counted on route /c, and nothing left in flight."""
+    s = await metric_samples(gw)
+    return (sample(s, "gateway_client_disconnects_total", route="/c") == 1
+            and sample(s, "gateway_inflight_requests", route="/c") == 0)
+
+
 @pytest.mark.parametrize("client", DIALECT_NAMES)
 async def test_client_disconnect_mid_stream_closes_upstream(aiohttp_client: Any, fakes: Fakes,
                                                             client: str) -> None:
@@ -530,13 +537,7 @@ async def test_client_disconnect_mid_stream_closes_upstream(aiohttp_client: Any,
     resp.close()
     await asyncio.wait_for(fake.gone.wait(), 5)
     assert fake.finished == 0
-
-    async def counted() -> bool:
-        s = await metric_samples(gw)
-        return (sample(s, "gateway_client_disconnects_total", route="/c") == 1
-                and sample(s, "gateway_inflight_requests", route="/c") == 0)
-
-    await eventually(counted)
+    await eventually(lambda: disconnect_counted(gw))
 
 
 @pytest.mark.parametrize("client", DIALECT_NAMES)
@@ -553,13 +554,7 @@ async def test_client_disconnect_before_first_token_closes_upstream(
         await task
     await asyncio.wait_for(fake.gone.wait(), 5)
     assert fake.finished == 0
-
-    async def counted() -> bool:
-        s = await metric_samples(gw)
-        return (sample(s, "gateway_client_disconnects_total", route="/c") == 1
-                and sample(s, "gateway_inflight_requests", route="/c") == 0)
-
-    await eventually(counted)
+    await eventually(lambda: disconnect_counted(gw))
 
 
 # --- metrics and logs -----------------------------------------------------------------------------
