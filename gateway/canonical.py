@@ -1,15 +1,24 @@
 """The neutral chat model every dialect parses into and renders from.
 
 A dialect module never talks to another dialect: it maps its wire JSON to these types and back.
+
+Requests are a list of :class:`Message` (system, user, assistant, tool), each holding text or
+content parts (:data:`Part`: text, image, or a part kept verbatim), the assistant's tool calls and
+reasoning, and a tool result's call id; plus the tools the model may call (:class:`ToolDef`,
+:class:`ToolChoice`). Whole answers are :class:`ChatResponse`, streams a sequence of
+:data:`StreamEvent`.
+
 RAG metadata (citations, thoughts, follow-up questions) lives in ``context``, a dict shaped like
 the protocol's *recommended response context* (``data_points``, ``thoughts``,
-``followup_questions``), because two of the four dialects carry it verbatim and keeping it raw
-makes their round trips exact; :func:`citations_of` and :func:`context_with_citations` give the
-typed view the other dialects need.
+``followup_questions``), because two dialects carry it verbatim and keeping it raw makes their
+round trips exact; :func:`citations_of` and :func:`context_with_citations` give the typed view the
+other dialects need.
 
 What a wire object carries that no field here names is kept in ``extras`` together with the name
 of the dialect it came from (``extras_dialect``); a renderer merges ``extras`` back only when it
-renders the same dialect, which is what makes parse-then-render an identity.
+renders the same dialect, which is what makes parse-then-render an identity. What one dialect can
+carry and another cannot is declared by each dialect (:class:`gateway.dialects.base.Capabilities`)
+and checked by the pipeline, never dropped without a word.
 """
 
 from __future__ import annotations
@@ -17,9 +26,10 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 __all__ = [
+    "FINISH_REASONS",
     "JSON",
     "AssistantMessage",
     "ChatError",
@@ -27,12 +37,26 @@ __all__ = [
     "ChatResponse",
     "Citation",
     "ContextUpdate",
+    "ImagePart",
     "Message",
+    "OtherPart",
+    "Part",
+    "Reasoning",
+    "ReasoningDelta",
+    "ReasoningRequest",
     "StreamError",
     "StreamEvent",
     "StreamFinish",
     "StreamStart",
     "TextDelta",
+    "TextPart",
+    "ToolCall",
+    "ToolCallDelta",
+    "ToolCallEnd",
+    "ToolCallStart",
+    "ToolChoice",
+    "ToolDef",
+    "Usage",
     "agent_header",
     "citations_of",
     "context_with_citations",
@@ -40,10 +64,157 @@ __all__ = [
     "merge_context",
     "new_completion_id",
     "now",
+    "parts_text",
 ]
 
 JSON: TypeAlias = Any
 """Any value orjson can load or dump."""
+
+
+# --- content parts -------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class TextPart:
+    """A piece of text in a message's content."""
+
+    text: str
+
+
+@dataclass(slots=True)
+class ImagePart:
+    """An image in a message's content: by URL, or inline base64 data with its media type.
+
+    ``url`` may itself be a ``data:`` URL (OpenAI's inline form); a dialect that wants the data
+    and media type apart (Anthropic's ``base64`` source) splits it with :meth:`inline`.
+    """
+
+    url: str | None = None
+    """``https://…`` or ``data:<media type>;base64,<data>``; ``None`` when ``data`` is set."""
+    data: str | None = None
+    """Base64 bytes, when the wire carried them apart from a URL."""
+    media_type: str | None = None
+    """``image/png``, ``image/jpeg``, … (with ``data``)."""
+    detail: str | None = None
+    """OpenAI's ``low`` / ``high`` / ``auto`` hint; dialects without it ignore it."""
+
+    def inline(self) -> tuple[str, str] | None:
+        """``(media_type, base64 data)`` when the image is inline (either form), else ``None``."""
+        if self.data is not None:
+            return self.media_type or "application/octet-stream", self.data
+        if self.url and self.url.startswith("data:") and ";base64," in self.url:
+            head, _, data = self.url[5:].partition(";base64,")
+            return head or "application/octet-stream", data
+        return None
+
+    def as_url(self) -> str:
+        """The image as one URL (a ``data:`` URL when inline)."""
+        if self.url is not None:
+            return self.url
+        return f"data:{self.media_type or 'application/octet-stream'};base64,{self.data or ''}"
+
+
+@dataclass(slots=True)
+class OtherPart:
+    """A content part the model has no type for (audio, a file, a document, a server tool's
+    block…), kept verbatim. Rendered back only to the dialect it came from; anywhere else it is
+    an unsupported field (``content_parts``) and the route's policy decides."""
+
+    dialect: str
+    """The dialect whose wire shape ``raw`` is."""
+    kind: str
+    """Its type name on the wire (``input_audio``, ``document``, …), for error messages."""
+    raw: JSON
+
+
+Part: TypeAlias = TextPart | ImagePart | OtherPart
+
+
+def parts_text(content: str | list[Part]) -> str:
+    """The text of a message's content: the text parts joined (other parts have no text)."""
+    if isinstance(content, str):
+        return content
+    return "".join(p.text for p in content if isinstance(p, TextPart))
+
+
+# --- tools and reasoning -------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class ToolDef:
+    """A function the model may call."""
+
+    name: str
+    description: str | None = None
+    parameters: JSON = None
+    """The arguments' JSON Schema (an object schema), ``None`` when the tool takes none."""
+    strict: bool | None = None
+    """OpenAI's strict schema adherence; ``None`` when the client did not say."""
+    kind: str = "function"
+    """``function`` for a tool the client runs; anything else is a provider's built-in tool
+    (web search, code execution, …) kept verbatim in :attr:`raw`, which only :attr:`dialect`
+    can send on."""
+    raw: JSON = None
+    dialect: str | None = None
+
+
+@dataclass(slots=True)
+class ToolChoice:
+    """Whether and which tool the model must call."""
+
+    mode: Literal["auto", "none", "required", "tool"]
+    """``auto``: the model decides; ``none``: no tool; ``required``: some tool (Anthropic
+    ``any``); ``tool``: the one named by :attr:`name`."""
+    name: str | None = None
+    parallel: bool | None = None
+    """``False`` forbids several calls in one turn (OpenAI ``parallel_tool_calls: false``,
+    Anthropic ``disable_parallel_tool_use: true``); ``None`` when the client did not say."""
+
+
+@dataclass(slots=True)
+class ToolCall:
+    """A call the assistant made: its id, the function's name, and the arguments as JSON text
+    (``"{}"`` when none), exactly as the model wrote them."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(slots=True)
+class Reasoning:
+    """Reasoning the model did before it answered (Anthropic ``thinking``, a Responses
+    ``reasoning`` item's summary)."""
+
+    text: str = ""
+    signature: str | None = None
+    """Anthropic's opaque signature, valid only with Anthropic (see :attr:`dialect`)."""
+    redacted: str | None = None
+    """Opaque reasoning the client may not read: Anthropic ``redacted_thinking.data``, a
+    Responses item's ``encrypted_content``."""
+    id: str | None = None
+    """A Responses reasoning item's id."""
+    dialect: str | None = None
+    """The dialect that produced the signature or redacted data: only that dialect may be sent
+    them back (a signature is verified by the provider that issued it)."""
+
+
+@dataclass(slots=True)
+class ReasoningRequest:
+    """How much the client asked the model to reason (Anthropic ``thinking``, Responses
+    ``reasoning``). Each side keeps the form it has; dialects map one to the other by table."""
+
+    effort: str | None = None
+    """``minimal`` / ``low`` / ``medium`` / ``high`` (Responses)."""
+    budget_tokens: int | None = None
+    """Anthropic's thinking budget."""
+    summary: str | None = None
+    """Responses ``summary``: ``auto`` / ``concise`` / ``detailed``."""
+    enabled: bool = True
+    """``False`` when the client turned reasoning off explicitly."""
+
+
+# --- requests ------------------------------------------------------------------------------------
 
 
 @dataclass(slots=True)
@@ -51,15 +222,28 @@ class Message:
     """One message of the conversation a client sends."""
 
     role: str
-    """``user``, ``assistant``, ``system`` or whatever the client said (kept verbatim)."""
-    content: JSON
-    """The text; OpenAI clients may send a list of content parts, kept as sent."""
+    """``system``, ``developer``, ``user``, ``assistant``, ``tool``, or whatever the client said
+    (kept verbatim)."""
+    content: str | list[Part]
+    """Plain text when the wire had a string, else the content parts in order."""
     context: JSON = None
     """Per-message context (protocol dialects), ``None`` when absent."""
     name: str | None = None
     """OpenAI's participant name, or chatui's ``agentName``."""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    """The calls an assistant message made."""
+    tool_call_id: str | None = None
+    """For a ``tool`` message: the call whose result it is."""
+    is_error: bool = False
+    """For a ``tool`` message: the result reports that the call failed."""
+    reasoning: list[Reasoning] = field(default_factory=list)
+    """For an assistant message: the reasoning that preceded it (to be sent back with it)."""
     extras: dict[str, JSON] = field(default_factory=dict)
     """Keys of the wire message no field above names."""
+
+    @property
+    def text(self) -> str:
+        return parts_text(self.content)
 
 
 @dataclass(slots=True)
@@ -75,12 +259,23 @@ class ChatRequest:
     """The app's memory, opaque to the gateway; ``None`` when absent or null."""
     model: str | None = None
     sampling: dict[str, JSON] = field(default_factory=dict)
-    """OpenAI sampling and limit options (``temperature``, ``top_p``, ``max_tokens``, …)."""
+    """Sampling and limits under canonical names: ``temperature``, ``top_p``, ``max_tokens``
+    (the output cap, whatever the dialect calls it), ``stop`` (a list of strings), ``seed``,
+    ``presence_penalty``, ``frequency_penalty``, ``user``; each dialect writes those it has."""
+    tools: list[ToolDef] = field(default_factory=list)
+    tool_choice: ToolChoice | None = None
+    reasoning: ReasoningRequest | None = None
     extras: dict[str, JSON] = field(default_factory=dict)
     extras_dialect: str | None = None
     hints: dict[str, JSON] = field(default_factory=dict)
     """How the client spelled things (e.g. ``sessionState`` vs ``session_state``), so the answer
     to that same client is spelled alike. Only the client's own dialect reads them."""
+    options: dict[str, JSON] = field(default_factory=dict)
+    """The route's options for the client's dialect (declared by that dialect; e.g. the answer
+    shape a frontend reads), filled in by the server, read by the client's dialect only."""
+
+
+# --- whole answers -------------------------------------------------------------------------------
 
 
 @dataclass(slots=True)
@@ -94,6 +289,34 @@ class Citation:
 
 
 @dataclass(slots=True)
+class Usage:
+    """Token counts under OpenAI's meaning: ``input_tokens`` includes cached input,
+    ``output_tokens`` includes reasoning. A dialect with other meanings converts (Anthropic's
+    ``input_tokens`` excludes cache reads and writes)."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cached_input_tokens: int | None = None
+    """Input served from the provider's prompt cache (part of ``input_tokens``)."""
+    cache_write_tokens: int | None = None
+    """Input written to the prompt cache (Anthropic ``cache_creation_input_tokens``; part of
+    ``input_tokens``)."""
+    reasoning_tokens: int | None = None
+    """Output spent on reasoning (part of ``output_tokens``)."""
+
+    @property
+    def total_tokens(self) -> int | None:
+        if self.input_tokens is None and self.output_tokens is None:
+            return None
+        return (self.input_tokens or 0) + (self.output_tokens or 0)
+
+
+FINISH_REASONS = ("stop", "length", "tool_calls", "content_filter", "error")
+"""The canonical stop reasons. A dialect maps its own names to these by a table; a reason it
+does not know is kept as it came (and rendered by another dialect as ``stop``)."""
+
+
+@dataclass(slots=True)
 class AssistantMessage:
     """One assistant message of a whole answer (several when a multi-agent backend answers)."""
 
@@ -104,7 +327,10 @@ class AssistantMessage:
     content_type: str | None = None
     """``text`` or ``markdown`` (chatui ``contentType``)."""
     id: str | None = None
-    """chatui ``messageId``."""
+    """chatui ``messageId``, a Responses message item's id."""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    reasoning: list[Reasoning] = field(default_factory=list)
+    """Reasoning that preceded this message's text."""
     extras: dict[str, JSON] = field(default_factory=dict)
 
 
@@ -118,8 +344,8 @@ class ChatResponse:
     ``"name: snippet"``, ``citations``, ``images``), ``thoughts``, ``followup_questions``."""
     session_state: JSON = None
     finish_reason: str | None = None
-    usage: dict[str, JSON] | None = None
-    """``{"prompt_tokens": …, "completion_tokens": …, "total_tokens": …}``."""
+    """One of :data:`FINISH_REASONS`, or a dialect's own reason it had no mapping for."""
+    usage: Usage | None = None
     id: str | None = None
     created: int | None = None
     """Unix seconds."""
@@ -137,6 +363,14 @@ class ChatResponse:
             parts.append(agent_header(m.agent, first=not parts) + m.content)
         return "".join(parts)
 
+    @property
+    def tool_calls(self) -> list[ToolCall]:
+        return [c for m in self.messages for c in m.tool_calls]
+
+    @property
+    def reasoning(self) -> list[Reasoning]:
+        return [r for m in self.messages for r in m.reasoning]
+
 
 @dataclass(slots=True)
 class ChatError:
@@ -147,18 +381,22 @@ class ChatError:
     code: str | None = None
     """A short machine code (OpenAI ``code``, chatui ``error.code``)."""
     type: str | None = None
-    """OpenAI's ``type`` (``invalid_request_error``, ``server_error``, …)."""
+    """OpenAI's / Anthropic's ``type`` (``invalid_request_error``, ``server_error``, …)."""
     param: str | None = None
     retry_after: float | None = None
     """Seconds, for 429 and 503 answers."""
 
 
 # --- stream events -------------------------------------------------------------------------------
+#
+# A stream is: StreamStart, then any of TextDelta / ReasoningDelta / ToolCall* / ContextUpdate,
+# then exactly one of StreamFinish or StreamError, which nothing follows. Decoders guarantee
+# this order (a decoder that meets text before any start emits the start first).
 
 
 @dataclass(slots=True)
 class StreamStart:
-    """The answer begins: who speaks, and the context known before the text."""
+    """The answer begins: who speaks, and what is known before the text."""
 
     role: str = "assistant"
     context: JSON = None
@@ -166,6 +404,8 @@ class StreamStart:
     id: str | None = None
     created: int | None = None
     model: str | None = None
+    usage: Usage | None = None
+    """What is counted before the answer (Anthropic's ``message_start`` input usage)."""
 
 
 @dataclass(slots=True)
@@ -174,6 +414,49 @@ class TextDelta:
 
     text: str
     agent: str | None = None
+    message_id: str | None = None
+    """The upstream's id of the message this text begins (chatui ``messageId``), on the first
+    delta of each message only: a dialect that names its messages reuses it, so that a client
+    shown the upstream's own events (a same-dialect route) keeps seeing the same ids."""
+
+
+@dataclass(slots=True)
+class ReasoningDelta:
+    """A piece of reasoning. Consecutive deltas form one reasoning block, which ends at any other
+    event; a delta with text after one that carried a ``signature`` or ``redacted`` data starts a
+    new block (a signature closes the block it signs)."""
+
+    text: str = ""
+    signature: str | None = None
+    redacted: str | None = None
+    dialect: str | None = None
+    """The dialect that issued the signature or redacted data."""
+
+
+@dataclass(slots=True)
+class ToolCallStart:
+    """The assistant begins a tool call. ``index`` counts tool calls in this answer (0, 1, …),
+    whatever position the dialect gives the call among other blocks or items."""
+
+    index: int
+    id: str
+    name: str
+
+
+@dataclass(slots=True)
+class ToolCallDelta:
+    """A fragment of a tool call's arguments: JSON text, passed on as it arrives; only all the
+    fragments of one call together are valid JSON."""
+
+    index: int
+    arguments: str
+
+
+@dataclass(slots=True)
+class ToolCallEnd:
+    """The call's arguments are complete."""
+
+    index: int
 
 
 @dataclass(slots=True)
@@ -189,7 +472,7 @@ class StreamFinish:
     """The answer ended cleanly."""
 
     reason: str | None = "stop"
-    usage: dict[str, JSON] | None = None
+    usage: Usage | None = None
 
 
 @dataclass(slots=True)
@@ -201,7 +484,9 @@ class StreamError:
     status: int = 502
 
 
-StreamEvent: TypeAlias = StreamStart | TextDelta | ContextUpdate | StreamFinish | StreamError
+StreamEvent: TypeAlias = (StreamStart | TextDelta | ReasoningDelta | ToolCallStart
+                          | ToolCallDelta | ToolCallEnd | ContextUpdate | StreamFinish
+                          | StreamError)
 
 
 # --- helpers shared by dialects ------------------------------------------------------------------
@@ -237,10 +522,14 @@ def merge_context(old: JSON, new: JSON) -> JSON:
 
 
 def _flatten_nested(ctx: JSON) -> JSON:
-    if isinstance(ctx, dict) and isinstance(ctx.get("context"), dict):
-        inner = _flatten_nested(ctx["context"])
-        outer = {k: v for k, v in ctx.items() if k != "context"}
-        return {**inner, **outer}
+    # A loop, not recursion: an upstream may nest context.context as deep as JSON parses (1024
+    # levels), past Python's recursion limit.
+    outers: list[dict[str, JSON]] = []
+    while isinstance(ctx, dict) and isinstance(ctx.get("context"), dict):
+        outers.append({k: v for k, v in ctx.items() if k != "context"})
+        ctx = ctx["context"]
+    for outer in reversed(outers):
+        ctx = {**ctx, **outer}
     return ctx
 
 

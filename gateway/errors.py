@@ -47,19 +47,10 @@ class DialectError(ParseError):
 
 
 class UpstreamError(GatewayError):
-    def __init__(
-        self,
-        kind: UpstreamErrorKind,
-        message: str,
-        *,
-        status: int | None = None,
-        retry_after: float | None = None,
-    ) -> None:
+    def __init__(self, kind: UpstreamErrorKind, message: str) -> None:
         super().__init__(message)
         self.kind: UpstreamErrorKind = kind
         self.message = message
-        self.status = status
-        self.retry_after = retry_after
 
 
 class ConfigError(GatewayError):

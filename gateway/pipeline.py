@@ -1,48 +1,73 @@
 """Dialect A -> canonical -> dialect B, for requests, whole responses and streams.
 
-Pure: no sockets, no clocks but the one the caller reads. The HTTP layer feeds bytes in and writes
-what comes out; the ``translate`` CLI does the same from stdin.
+Pure: no sockets, no clocks. The HTTP layer feeds bytes in and writes what comes out; the
+``translate`` CLI does the same from stdin.
+
+Streams have one driver, :class:`StreamDecoding` (framing reader, then the upstream dialect's
+decoder, never raising for bad bytes), used both by :class:`StreamTranslator` (to the client's
+framed stream, on the fly) and by :class:`StreamAssembler` (to one whole answer). What the client's
+dialect cannot carry goes through :class:`gateway.carry.EventGate`.
 
 Per stream chunk the cost is one ``orjson.loads`` (in the framing reader) and one ``orjson.dumps``
 (in the target encoder); an identity route (same dialect both sides) re-emits each payload as it
-came, still decoded once so that errors, truncation and usage are seen.
+came, still decoded once so that errors, truncation and usage are seen, and a read made of whole
+frames is forwarded as the very bytes that came (nothing re-serialised).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, assert_never
 
 import orjson
 
 from gateway.canonical import (
     JSON,
     AssistantMessage,
-    ChatError,
     ChatRequest,
     ChatResponse,
     ContextUpdate,
+    Reasoning,
+    ReasoningDelta,
     StreamError,
     StreamEvent,
     StreamFinish,
     StreamStart,
     TextDelta,
+    ToolCall,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
     merge_context,
+)
+from gateway.carry import (
+    GOVERNED,
+    EventGate,
+    Policy,
+    Unsupported,
+    request_losses,
+    response_losses,
+    strip_request,
+    strip_response,
 )
 from gateway.dialects import Dialect, StreamDecoder, StreamEncoder
 from gateway.errors import ParseError
-from gateway.framing import RawData, SniffingReader, encoder_for
+from gateway.framing import Named, Payload, RawData, SniffingReader, encoder_for
 from gateway.framing.jsonlines import DEFAULT_MAX_LINE
 
 __all__ = [
     "ResponseAssembler",
+    "StreamAssembler",
+    "StreamDecoding",
     "StreamTranslator",
+    "adapt_request",
+    "adapt_response",
     "events_from_response",
     "parse_body",
-    "translate_error",
     "translate_request",
     "translate_response",
+    "with_session_echo",
 ]
 
 
@@ -54,16 +79,38 @@ def parse_body(raw: bytes) -> JSON:
         raise ParseError(f"the body is not valid JSON ({e.msg})", "body") from e
 
 
+# --- requests ------------------------------------------------------------------------------------
+
+
+def adapt_request(req: ChatRequest, upstream: Dialect, policy: Policy,
+                  ) -> tuple[ChatRequest, list[str]]:
+    """``req`` as ``upstream`` can carry it, and the fields it cannot (reported). Raises
+    :class:`Unsupported` when a governed field is lost under ``reject``."""
+    lost = request_losses(req, upstream)
+    governed = [f for f in lost if f in GOVERNED]
+    if governed:
+        if policy == "reject":
+            raise Unsupported(governed, upstream.name, answer=False)
+        req = strip_request(req, governed, upstream)
+    return req, lost
+
+
 def translate_request(
     body: JSON, client: Dialect, upstream: Dialect, *, stream: bool | None = None,
-    model: str | None = None,
-) -> tuple[ChatRequest, JSON]:
-    """The canonical request and the upstream's body. ``stream`` overrides the body's own flag
-    (the HTTP layer knows it from the path or the Accept header)."""
+    model: str | None = None, max_tokens: int | None = None, policy: Policy = "reject",
+) -> tuple[ChatRequest, JSON, list[str]]:
+    """The client's canonical request, the upstream's body, and the fields it lost. ``stream``
+    overrides the body's own flag (the HTTP layer knows it from the path or the Accept
+    header)."""
     req = client.parse_request(body)
     if stream is not None:
         req.stream = stream
-    return req, upstream.render_request(req, stream=req.stream, model=model)
+    sent, lost = adapt_request(req, upstream, policy)
+    return req, upstream.render_request(sent, stream=req.stream, model=model,
+                                        max_tokens=max_tokens), lost
+
+
+# --- whole answers -------------------------------------------------------------------------------
 
 
 def with_session_echo(resp: ChatResponse, req: ChatRequest) -> ChatResponse:
@@ -74,39 +121,62 @@ def with_session_echo(resp: ChatResponse, req: ChatRequest) -> ChatResponse:
     return resp
 
 
+def adapt_response(resp: ChatResponse, client: Dialect, policy: Policy,
+                   ) -> tuple[ChatResponse, list[str]]:
+    lost = response_losses(resp, client)
+    governed = [f for f in lost if f in GOVERNED]
+    if governed:
+        if policy == "reject":
+            raise Unsupported(governed, client.name, answer=True)
+        resp = strip_response(resp, governed)
+    return resp, lost
+
+
 def translate_response(
-    body: JSON, upstream: Dialect, client: Dialect, req: ChatRequest,
-) -> JSON:
+    body: JSON, upstream: Dialect, client: Dialect, req: ChatRequest, *,
+    policy: Policy = "reject",
+) -> tuple[JSON, list[str]]:
     resp = with_session_echo(upstream.parse_response(body), req)
-    return client.render_response(resp, req)
-
-
-def translate_error(err: ChatError, client: Dialect) -> JSON:
-    return client.render_error(err)
+    resp, lost = adapt_response(resp, client, policy)
+    return client.render_response(resp, req), lost
 
 
 def events_from_response(resp: ChatResponse) -> list[StreamEvent]:
-    """A whole answer as a stream: the role and context, then each agent's text, then the
-    finish. Used to serve a stream from an upstream that never streams."""
+    """A whole answer as a stream: the start, then per message its reasoning, text and tool
+    calls, then the finish. Used to serve a stream from an upstream that never streams."""
     events: list[StreamEvent] = [StreamStart(
         role="assistant", context=resp.context, session_state=resp.session_state,
         id=resp.id, created=resp.created, model=resp.model)]
+    calls = 0
     for m in resp.messages:
+        for r in m.reasoning:
+            events.append(ReasoningDelta(r.text, r.signature, r.redacted, r.dialect))
         if m.content:
-            events.append(TextDelta(m.content, m.agent))
-    events.append(StreamFinish(resp.finish_reason or "stop", resp.usage))
+            events.append(TextDelta(m.content, m.agent, m.id))
+        for c in m.tool_calls:
+            events.append(ToolCallStart(calls, c.id, c.name))
+            if c.arguments:
+                events.append(ToolCallDelta(calls, c.arguments))
+            events.append(ToolCallEnd(calls))
+            calls += 1
+    events.append(StreamFinish(resp.finish_reason or ("tool_calls" if calls else "stop"),
+                               resp.usage))
     return events
 
 
 class ResponseAssembler:
     """Canonical stream events to one whole answer. Used to serve a whole answer from an upstream
-    that only streams."""
+    that only streams, and by readers of a stream."""
 
-    __slots__ = ("_agents", "_context", "_error", "_finish", "_session", "_start")
+    __slots__ = ("_agents", "_calls", "_context", "_error", "_finish", "_reasoning", "_session",
+                 "_start")
 
     def __init__(self) -> None:
         self._start: StreamStart | None = None
-        self._agents: list[tuple[str | None, list[str]]] = []
+        self._agents: list[tuple[str | None, list[str], str | None]] = []
+        """Per message: its agent, its text's pieces, its id."""
+        self._reasoning: list[Reasoning] = []
+        self._calls: dict[int, list[str]] = {}  # index -> [id, name, arguments...]
         self._context: JSON = None
         self._session: JSON = None
         self._finish: StreamFinish | None = None
@@ -121,8 +191,23 @@ class ResponseAssembler:
                     self._session = event.session_state
             case TextDelta():
                 if not self._agents or self._agents[-1][0] != event.agent:
-                    self._agents.append((event.agent, []))
+                    self._agents.append((event.agent, [], event.message_id))
                 self._agents[-1][1].append(event.text)
+            case ReasoningDelta():
+                last = self._reasoning[-1] if self._reasoning else None
+                if last is None or (event.text and (last.signature or last.redacted)):
+                    last = Reasoning(dialect=event.dialect)
+                    self._reasoning.append(last)
+                last.text += event.text
+                last.signature = event.signature or last.signature
+                last.redacted = event.redacted or last.redacted
+                last.dialect = event.dialect or last.dialect
+            case ToolCallStart():
+                self._calls[event.index] = [event.id, event.name]
+            case ToolCallDelta():
+                self._calls.setdefault(event.index, ["", ""]).append(event.arguments)
+            case ToolCallEnd():
+                pass
             case ContextUpdate():
                 self._context = merge_context(self._context, event.context)
                 if event.session_state is not None:
@@ -131,6 +216,8 @@ class ResponseAssembler:
                 self._finish = event
             case StreamError():
                 self._error = event
+            case _:
+                assert_never(event)
 
     @property
     def error(self) -> StreamError | None:
@@ -138,15 +225,126 @@ class ResponseAssembler:
 
     def response(self) -> ChatResponse:
         start = self._start or StreamStart()
-        messages = [AssistantMessage("".join(parts), agent=agent) for agent, parts in self._agents]
+        messages = [AssistantMessage("".join(parts), agent=agent, id=mid)
+                    for agent, parts, mid in self._agents]
+        if not messages:
+            messages = [AssistantMessage("")]
+        calls = [ToolCall(c[0], c[1], "".join(c[2:]) or "{}")
+                 for _, c in sorted(self._calls.items())]
+        messages[-1].tool_calls = calls
+        messages[0].reasoning = self._reasoning
         return ChatResponse(
-            messages=messages or [AssistantMessage("")],
+            messages=messages,
             context=self._context,
             session_state=self._session,
             finish_reason=self._finish.reason if self._finish else None,
             usage=self._finish.usage if self._finish else None,
             id=start.id, created=start.created, model=start.model,
         )
+
+
+# --- streams -------------------------------------------------------------------------------------
+
+
+class StreamDecoding:
+    """Upstream stream bytes to canonical events: the framing reader, then the upstream dialect's
+    decoder. Never raises for bad bytes: a framing or dialect error becomes a
+    :class:`StreamError` (:attr:`broken`: the gateway found it, not the upstream), after which
+    nothing more is decoded."""
+
+    __slots__ = ("_decoder", "_reader", "broken", "ended")
+
+    def __init__(self, upstream: Dialect, max_size: int = DEFAULT_MAX_LINE) -> None:
+        self._reader = SniffingReader(max_size, named=upstream.named_events)
+        self._decoder: StreamDecoder = upstream.decoder()
+        self.broken = False
+        self.ended = False
+        """A finish or an error was decoded: the stream is over."""
+
+    @property
+    def whole(self) -> bool:
+        """The last :meth:`payloads` read was exactly whole frames (its bytes may be passed on
+        unchanged to a client of the same framing)."""
+        return self._reader.whole
+
+    def payloads(self, data: bytes) -> list[Any] | StreamError:
+        """The payloads framed in ``data``, or the error that breaks the stream."""
+        try:
+            return self._reader.feed(data)
+        except ParseError as e:
+            return self._broke(f"the upstream sent a malformed stream: {e.message}")
+
+    def decode(self, payload: Any) -> list[StreamEvent]:
+        try:
+            events = self._decoder.decode(payload)
+        except ParseError as e:
+            return [self._broke(f"the upstream sent a malformed chunk: {e.message}")]
+        except RecursionError:
+            # orjson parses 1,024 levels; a decoder that walks (or names, with repr) such a value
+            # can reach Python's recursion limit: a malformed chunk, never an exception
+            return [self._broke("the upstream sent a chunk nested too deeply to read")]
+        if events and isinstance(events[-1], StreamFinish | StreamError):
+            self.ended = True
+        return events
+
+    def feed(self, data: bytes) -> list[StreamEvent]:
+        if self.ended:
+            return []
+        payloads = self.payloads(data)
+        if isinstance(payloads, StreamError):
+            return [payloads]
+        out: list[StreamEvent] = []
+        for p in payloads:
+            out.extend(self.decode(p))
+            if self.ended:
+                break
+        return out
+
+    def last_payloads(self) -> list[Any] | StreamError:
+        """The body ended: what the framing reader still held (a last event or line with no
+        terminator), or the error that breaks the stream."""
+        try:
+            return self._reader.finish()
+        except ParseError as e:
+            return self._broke(f"the upstream sent a malformed stream: {e.message}")
+
+    def end(self) -> list[StreamEvent]:
+        """Every payload was decoded: the decoder's last word (a finish, or the error of a
+        stream cut short)."""
+        if self.ended:
+            return []
+        tail = self._decoder.end()
+        self.ended = True
+        if any(isinstance(e, StreamError) for e in tail):
+            self.broken = True
+        return tail
+
+    def finish(self) -> list[StreamEvent]:
+        """The body ended (as far as the transport can tell)."""
+        if self.ended:
+            return []
+        payloads = self.last_payloads()
+        if isinstance(payloads, StreamError):
+            return [payloads]
+        out: list[StreamEvent] = []
+        for p in payloads:
+            out.extend(self.decode(p))
+            if self.ended:
+                return out
+        return out + self.end()
+
+    def abort(self, message: str, status: int = 502) -> list[StreamEvent]:
+        """The upstream failed mid-stream (reset, timeout, …)."""
+        if self.ended:
+            return []
+        err = self._broke(message)
+        err.status = status
+        return [err]
+
+    def _broke(self, message: str) -> StreamError:
+        self.broken = True
+        self.ended = True
+        return StreamError(message)
 
 
 class StreamTranslator:
@@ -158,139 +356,252 @@ class StreamTranslator:
     off as a clean finish.
     """
 
-    __slots__ = ("_decoder", "_encoder", "_frame", "_identity", "_reader", "_req", "_same",
-                 "_started", "broken", "chunks", "done", "error", "text_chars", "usage")
+    __slots__ = ("_encoder", "_frame", "_gate", "_identity", "_in", "_replay", "_req", "_same",
+                 "_started", "chunks", "content_started", "done", "error", "finish_reason",
+                 "model", "text_chars", "usage")
 
     def __init__(
         self, upstream: Dialect, client: Dialect, req: ChatRequest, *,
-        max_size: int = DEFAULT_MAX_LINE,
+        max_size: int = DEFAULT_MAX_LINE, policy: Policy = "reject",
     ) -> None:
-        self._reader = SniffingReader(max_size)
-        self._decoder: StreamDecoder = upstream.decoder()
+        self._in = StreamDecoding(upstream, max_size)
         self._encoder: StreamEncoder = client.encoder(req)
-        self._frame: Callable[[bytes], bytes] = encoder_for(client.framing)
+        self._frame: Callable[[Payload], bytes] = encoder_for(client.framing)
+        self._gate = EventGate(client, policy) if EventGate.needed(upstream, client) else None
         # Same dialect both sides: the upstream's own payloads are re-emitted, unless the client
         # needs something of its own put in: the session-state spelling it used, or (decided on
         # the first payload) its session state echoed because the upstream sends none.
         self._same = upstream is client and "session_key" not in req.hints
         self._identity = False
+        self._replay: list[StreamEvent] = []
+        """Identity mode: what the client was shown, for an error event that keeps it."""
         self._req = req
         self._started = False
         self.chunks = 0
         """Frames sent to the client."""
         self.text_chars = 0
-        """Characters of answer text sent so far (> 0 once the first token went out)."""
-        self.usage: dict[str, JSON] | None = None
+        """Characters of answer text sent so far."""
+        self.content_started = False
+        """Any answer content (text, reasoning, a tool call) went out: the first token."""
+        self.usage: Any = None
+        self.model: str | None = None
+        """The model the upstream's stream names at its start."""
+        self.finish_reason: str | None = None
+        """The canonical finish reason, once the stream finished cleanly."""
         self.done = False
         self.error: StreamError | None = None
         """Set once the stream failed, by the upstream's own error or by :attr:`broken`."""
-        self.broken = False
-        """The failure was the gateway's finding (malformed bytes, truncation, transport), not an
-        error the upstream declared."""
 
     @property
     def failed(self) -> bool:
         return self.error is not None
 
+    @property
+    def broken(self) -> bool:
+        """The failure was the gateway's finding (malformed bytes, truncation, transport), not an
+        error the upstream declared."""
+        return self._in.broken
+
+    @property
+    def dropped(self) -> list[str]:
+        """Fields the upstream sent that the client's dialect cannot carry (reported)."""
+        return self._gate.dropped if self._gate is not None else []
+
     def feed(self, data: bytes) -> bytes:
         if self.done:
             return b""
-        try:
-            payloads = self._reader.feed(data)
-        except ParseError as e:
-            return self._fail(StreamError(f"the upstream sent a malformed stream: {e.message}"))
-        return self._payloads(payloads)
+        payloads = self._in.payloads(data)
+        if isinstance(payloads, StreamError):
+            return self._events([payloads])
+        out: list[bytes] = []
+        passed: list[Any] = []
+        """Identity mode: payloads passed on whose frames are not built yet."""
+        i = 0
+        for i, payload in enumerate(payloads, 1):  # noqa: B007 (read after the loop)
+            frame = self._payload(payload)
+            if frame is None:
+                passed.append(payload)
+            else:
+                out.extend(self._frames_of(passed))
+                passed = []
+                out.append(frame)
+            if self.done:
+                break
+        if passed and not out and i == len(payloads) and self._in.whole:
+            # Every frame of this read passes on as it is: forward its bytes unchanged.
+            return data
+        out.extend(self._frames_of(passed))
+        return b"".join(out)
 
     def finish(self) -> bytes:
         """The upstream body ended normally (as far as the transport can tell)."""
         if self.done:
             return b""
-        try:
-            out = self._payloads(self._reader.finish())
-        except ParseError as e:
-            return self._fail(StreamError(f"the upstream sent a malformed stream: {e.message}"))
-        if self.done:
-            return out
-        tail = self._decoder.end()
-        self.broken = any(isinstance(e, StreamError) for e in tail)
-        return out + self._events(tail)
+        payloads = self._in.last_payloads()
+        if isinstance(payloads, StreamError):
+            return self._events([payloads])
+        # A last payload with no terminator goes the way the others went (passed on as it came,
+        # on a same-dialect route: its finish is the client's finish).
+        out: list[bytes] = []
+        passed: list[Any] = []
+        for payload in payloads:
+            frame = self._payload(payload)
+            if frame is None:
+                passed.append(payload)
+            else:
+                out.extend(self._frames_of(passed))
+                passed = []
+                out.append(frame)
+            if self.done:
+                break
+        out.extend(self._frames_of(passed))
+        if not self.done:
+            out.append(self._events(self._in.end()))
+        return b"".join(out)
 
     def abort(self, message: str, status: int = 502) -> bytes:
         """The upstream failed mid-stream (reset, timeout, …)."""
         if self.done:
             return b""
-        return self._fail(StreamError(message, status=status))
+        return self._events(self._in.abort(message, status))
 
-    def _fail(self, error: StreamError) -> bytes:
-        self.broken = True
-        return self._events([error])
-
-    def _payloads(self, payloads: list[Any]) -> bytes:
-        out: list[bytes] = []
-        for payload in payloads:
-            try:
-                out.append(self._payload(payload))
-            except ParseError as e:
-                out.append(self._fail(StreamError(
-                    f"the upstream sent a malformed chunk: {e.message}")))
-                break
-            except (orjson.JSONEncodeError, RecursionError):
-                # orjson reads 1024 levels of nesting but writes only 254: such a chunk cannot
-                # be passed on, and fails the stream like a malformed one.
-                self.done = False  # the chunk that failed may have been the finish
-                out.append(self._fail(StreamError(
-                    "the upstream sent a chunk nested too deeply to pass on")))
-                break
-            if self.done:
-                break
-        return b"".join(out)
-
-    def _payload(self, payload: Any) -> bytes:
-        events = self._decoder.decode(payload)
+    def _payload(self, payload: Any) -> bytes | None:
+        """The client's frames for one upstream payload; ``None`` when it passes on as it came
+        (identity mode), its frame left to the caller."""
+        events = self._in.decode(payload)
         if self._same:
             self._same = False
             self._identity = self._req.session_state is None or any(
                 isinstance(e, StreamStart) and e.session_state is not None for e in events)
-        if self._identity and not any(isinstance(e, StreamError) for e in events):
-            raw = payload.text.encode() if isinstance(payload, RawData) else \
-                orjson.dumps(payload)
-            self._observe(events)
-            self.chunks += 1
-            return self._frame(raw)
+        if self._identity and not self._in.broken:
+            self._pass_through(events)
+            return None
         return self._events(events) if events else b""
 
-    def _observe(self, events: list[StreamEvent]) -> None:
+    def _pass_through(self, events: list[StreamEvent]) -> None:
         for e in events:
-            if isinstance(e, TextDelta):
-                self.text_chars += len(e.text)
-            elif isinstance(e, StreamFinish):
-                self.usage = e.usage
-                self.done = True
-            elif isinstance(e, StreamStart):
-                self._started = True
+            match e:
+                case TextDelta():
+                    self.text_chars += len(e.text)
+                    self.content_started = True
+                case ReasoningDelta() | ToolCallStart():
+                    self.content_started = True
+                case StreamStart():
+                    self.model = e.model
+                case StreamFinish():
+                    self.usage = e.usage
+                    self.finish_reason = e.reason
+                    self.done = True
+                case StreamError():
+                    self.error = e
+                    self.done = True
+            if not self.done:
+                self._replay.append(e)
+        self._started = True
+        self.chunks += 1
+
+    def _frames_of(self, passed: list[Any]) -> list[bytes]:
+        """Frames for payloads passed on (re-encoded: the read they came in also held something
+        that could not be forwarded as it was)."""
+        out: list[bytes] = []
+        for k, payload in enumerate(passed):
+            if isinstance(payload, RawData):
+                out.append(self._frame(payload.text.encode()))
+                continue
+            try:
+                if isinstance(payload, Named):  # an SSE event with its name: written with it
+                    out.append(self._frame(Named(payload.event, orjson.dumps(payload.data))))
+                else:
+                    out.append(self._frame(orjson.dumps(payload)))
+            except (orjson.JSONEncodeError, RecursionError):
+                # Written back it cannot be; what followed it in this read is not sent either.
+                self.done = False
+                self.error = None
+                self.chunks -= len(passed) - k
+                self._in.broken = self._in.ended = True
+                out.append(self._events([StreamError(
+                    "the upstream sent a chunk nested too deeply to pass on")]))
+                break
+        return out
 
     def _events(self, events: list[StreamEvent]) -> bytes:
-        out: list[bytes] = []
-        for e in events:
-            if isinstance(e, StreamError):
-                self.error = e
-                self.done = True
-            elif isinstance(e, StreamFinish):
-                self.usage = e.usage
-                self.done = True
-                if self._identity:
-                    continue  # the upstream already sent its own finish
-            elif isinstance(e, StreamStart):
-                self._started = True
-                if e.session_state is None and self._req.session_state is not None:
-                    e = replace(e, session_state=self._req.session_state)
-            elif isinstance(e, TextDelta):
-                self.text_chars += len(e.text)
-            if not self._started:
-                self._started = True
-                out.extend(self._encoder.encode(
-                    StreamStart(session_state=self._req.session_state)))
-            out.extend(self._encoder.encode(e))
+        if self._gate is not None:
+            events = self._gate.filter(events)
+        if self._identity and self._replay:
+            # The client saw the upstream's own payloads: bring the encoder to that state, so
+            # that its error event continues what was shown (same id, content kept).
+            for e in self._replay:
+                self._encoder.encode(e)
+            self._replay = []
+        out: list[Payload] = []
+        try:
+            for e in events:
+                match e:
+                    case StreamError():
+                        self.error = e
+                        self.done = True
+                    case StreamFinish():
+                        self.usage = e.usage
+                        self.finish_reason = e.reason
+                        self.done = True
+                        if self._identity:
+                            continue  # the upstream already sent its own finish
+                    case StreamStart():
+                        self.model = e.model
+                        if e.session_state is None and self._req.session_state is not None:
+                            e = replace(e, session_state=self._req.session_state)
+                    case TextDelta():
+                        self.text_chars += len(e.text)
+                        self.content_started = True
+                    case ReasoningDelta() | ToolCallStart():
+                        self.content_started = True
+                    case _:
+                        pass
+                if not self._started:
+                    self._started = True
+                    if not isinstance(e, StreamStart):
+                        out.extend(self._encoder.encode(
+                            StreamStart(session_state=self._req.session_state)))
+                out.extend(self._encoder.encode(e))
+                if self.done:
+                    break
+        except (orjson.JSONEncodeError, RecursionError):
+            # orjson reads 1024 levels of nesting but writes only 254: such a chunk cannot be
+            # passed on, and fails the stream like a malformed one.
+            self._in.broken = self._in.ended = True
+            self.error = StreamError("the upstream sent a chunk nested too deeply to pass on")
+            self.done = True
+            out.extend(self._encoder.encode(self.error))
         self.chunks += len(out)
         frame = self._frame
         return b"".join(frame(p) for p in out)
+
+
+class StreamAssembler:
+    """An upstream stream to one whole answer: ``feed(bytes)`` then ``finish() ->
+    ChatResponse``. Never raises for bad upstream bytes: :attr:`error` tells, and :attr:`broken`
+    says whether the gateway found the fault (malformed or truncated) rather than the upstream
+    declaring an error."""
+
+    __slots__ = ("_assembler", "_in")
+
+    def __init__(self, upstream: Dialect, max_size: int = DEFAULT_MAX_LINE) -> None:
+        self._in = StreamDecoding(upstream, max_size)
+        self._assembler = ResponseAssembler()
+
+    @property
+    def error(self) -> StreamError | None:
+        return self._assembler.error
+
+    @property
+    def broken(self) -> bool:
+        return self._in.broken
+
+    def feed(self, data: bytes) -> None:
+        for event in self._in.feed(data):
+            self._assembler.add(event)
+
+    def finish(self) -> ChatResponse:
+        for event in self._in.finish():
+            self._assembler.add(event)
+        return self._assembler.response()

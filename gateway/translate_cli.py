@@ -8,6 +8,7 @@ from typing import BinaryIO
 import orjson
 
 from gateway.canonical import ChatError, ChatRequest, Message
+from gateway.carry import Policy, Unsupported
 from gateway.dialects import get
 from gateway.errors import ParseError
 from gateway.pipeline import (
@@ -22,45 +23,58 @@ __all__ = ["run_translate"]
 
 def run_translate(
     source: str, target: str, *, request: bool, stream: bool, model: str | None,
-    stdin: BinaryIO, stdout: BinaryIO,
+    stdin: BinaryIO, stdout: BinaryIO, policy: Policy = "reject",
+    dropped: list[str] | None = None,
 ) -> str | None:
-    """Translate one body; returns ``None`` on success, else the one-line reason."""
+    """Translate one body; returns ``None`` on success, else the one-line reason. The fields
+    the target cannot carry and the ``drop`` policy left out are appended to ``dropped``."""
     src, dst = get(source), get(target)
-    if request:
-        try:
-            _, out = translate_request(parse_body(stdin.read()), src, dst,
-                                       stream=stream or None, model=model)
-        except ParseError as e:
-            return f"bad {source} request: {e}"
-        stdout.write(orjson.dumps(out) + b"\n")
-        return None
-    req = ChatRequest(messages=[Message("user", "")])
-    if not stream:
-        try:
+    lost: list[str] = []
+    try:
+        if request:
+            _, out, lost = translate_request(parse_body(stdin.read()), src, dst,
+                                             stream=stream or None, model=model, policy=policy)
+            stdout.write(orjson.dumps(out) + b"\n")
+            return None
+        req = ChatRequest(messages=[Message("user", "")])
+        if not stream:
             body = parse_body(stdin.read())
             err = src.parse_error(body)
             if err is not None:
                 out = dst.render_error(ChatError(500, err.message, err.code, err.type))
             else:
-                out = translate_response(body, src, dst, req)
-        except ParseError as e:
-            return f"bad {source} response: {e}"
-        stdout.write(orjson.dumps(out) + b"\n")
-        return None
-    translator = StreamTranslator(src, dst, req)
+                out, lost = translate_response(body, src, dst, req, policy=policy)
+            stdout.write(orjson.dumps(out) + b"\n")
+            return None
+    except ParseError as e:
+        return f"bad {source} {'request' if request else 'response'}: {e}"
+    except Unsupported as e:
+        return str(e)
+    finally:
+        if dropped is not None:
+            dropped.extend(lost)
+    translator = StreamTranslator(src, dst, req, policy=policy)
     while chunk := stdin.read(65536):
         stdout.write(translator.feed(chunk))
     stdout.write(translator.finish())
     stdout.flush()
+    if dropped is not None:
+        dropped.extend(translator.dropped)
     if translator.broken and translator.error is not None:
         return f"bad {source} stream: {translator.error.message}"
+    if translator.error is not None and translator.error.code == "UNSUPPORTED":
+        return translator.error.message
     return None
 
 
 def main_translate(source: str, target: str, request: bool, stream: bool,
-                   model: str | None) -> int:
+                   model: str | None, policy: Policy = "reject") -> int:
+    dropped: list[str] = []
     reason = run_translate(source, target, request=request, stream=stream, model=model,
-                           stdin=sys.stdin.buffer, stdout=sys.stdout.buffer)
+                           stdin=sys.stdin.buffer, stdout=sys.stdout.buffer, policy=policy,
+                           dropped=dropped)
+    if dropped:
+        print(f"{target} cannot carry: {', '.join(dropped)} (left out)", file=sys.stderr)
     if reason is not None:
         print(reason.replace("\n", " "), file=sys.stderr)
         return 1

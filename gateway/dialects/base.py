@@ -1,28 +1,156 @@
-"""What a dialect module provides, and the small helpers several of them share."""
+"""What a dialect module provides (:class:`Dialect`, :class:`Capabilities`, :class:`Samples`),
+and the small helpers several of them share.
+
+A dialect never imports another dialect: what two dialects have in common lives here.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from importlib import resources
+from importlib.resources.abc import Traversable
+from typing import Any, Literal, Protocol
 
-from gateway.canonical import JSON, ChatError, ChatRequest, ChatResponse, Message, StreamEvent
+from pydantic import BaseModel
+
+from gateway.canonical import (
+    JSON,
+    ChatError,
+    ChatRequest,
+    ChatResponse,
+    ImagePart,
+    Message,
+    OtherPart,
+    Part,
+    StreamEvent,
+    TextPart,
+    Usage,
+)
 from gateway.errors import DialectError
-from gateway.framing import Framing
+from gateway.framing import Framing, Payload
 
 __all__ = [
+    "FIELDS",
+    "Capabilities",
     "Dialect",
+    "Samples",
+    "SessionKind",
     "StreamDecoder",
     "StreamEncoder",
     "error_code_for",
     "error_text",
     "expect_object",
+    "kind_of",
+    "load_samples",
     "parse_messages",
+    "render_text_messages",
+    "request_context",
+    "sampling_of",
     "split_known",
     "text_of",
+    "text_parts",
+    "usage_from_openai_shape",
+    "usage_to_openai_shape",
 ]
+
+SessionKind = Literal["none", "string", "json"]
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a dialect can carry, both ways (as a client's dialect and as an upstream's).
+
+    The pipeline compares the two sides' declarations: what the source carries and the target
+    cannot is never dropped without a word. Tools, content parts and reasoning follow the route's
+    ``on_unsupported`` policy (reject, or drop and count); RAG context and usage are translated as
+    far as the target can hold them, and what it cannot is counted
+    (``gateway_dropped_fields_total``) and logged. The field names below are the ``field`` label
+    values of that metric.
+    """
+
+    session_state: SessionKind = "none"
+    """``json``: any JSON value; ``string``: strings only; ``none``: no session state."""
+    citations: bool = False
+    """Sources of the answer (``data_points`` / ``sources``)."""
+    followups: bool = False
+    """Suggested follow-up questions."""
+    thoughts: bool = False
+    """The RAG backend's ``thoughts`` (its search steps), in the response context."""
+    usage_whole: bool = False
+    """Token usage in a whole answer."""
+    usage_stream: bool = False
+    """Token usage in a stream."""
+    multi_agent: bool = False
+    """Several agents' messages, each named (else joined into one text with name headers)."""
+    tools: bool = False
+    """Tool definitions and ``tool_choice`` in requests, assistant tool calls (whole and
+    streamed, with argument deltas), and tool results."""
+    images: bool = False
+    """Image content parts in requests."""
+    reasoning: bool = False
+    """Reasoning text (and its signature) in answers and in replayed assistant turns."""
+    reasoning_replay: Literal["any", "own"] = "any"
+    """Which reasoning a replayed assistant turn may carry back to this dialect (with
+    ``reasoning``): ``any``, the text of any dialect's reasoning (a signature or redacted data
+    only ever goes back to the dialect that issued it); ``own``, only reasoning this dialect
+    issued itself (Anthropic verifies its signatures, so another dialect's reasoning cannot be
+    sent to it). What cannot go back is lost under the field ``reasoning``."""
+
+
+FIELDS: tuple[str, ...] = tuple(f for f in Capabilities.__dataclass_fields__
+                                if f != "reasoning_replay")
+"""Every capability's name (``reasoning_replay`` only qualifies ``reasoning``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Samples:
+    """Example wire bodies of a dialect, from its public API reference or real captures, shipped
+    beside the module (``samples/<dialect>/``) for the tests and the demo.
+
+    Files: ``<case>.request.json`` (what a client sends), ``<case>.response.json`` (a whole
+    answer), ``<case>.stream`` (a streamed answer's body, bytes as sent), ``error.json`` (an
+    error body, with its status in ``error.status``). Every dialect has the case ``text``.
+    """
+
+    requests: dict[str, JSON] = field(default_factory=dict)
+    responses: dict[str, JSON] = field(default_factory=dict)
+    streams: dict[str, bytes] = field(default_factory=dict)
+    error: JSON = None
+    error_status: int = 500
+
+
+def load_samples(dialect_name: str, root: Traversable | None = None) -> Samples:
+    """The samples shipped in ``gateway/dialects/samples/<dialect_name>/``, or in
+    ``<root>/<dialect_name>/`` for a dialect shipped elsewhere (a plugin, a test's fixture)."""
+    import orjson
+
+    base = root if root is not None else resources.files("gateway.dialects").joinpath("samples")
+    root = base.joinpath(dialect_name)
+    requests: dict[str, JSON] = {}
+    responses: dict[str, JSON] = {}
+    streams: dict[str, bytes] = {}
+    error: JSON = None
+    status = 500
+    for entry in sorted(root.iterdir(), key=lambda e: e.name):
+        name = entry.name
+        if name.endswith(".request.json"):
+            requests[name.removesuffix(".request.json")] = orjson.loads(entry.read_bytes())
+        elif name.endswith(".response.json"):
+            responses[name.removesuffix(".response.json")] = orjson.loads(entry.read_bytes())
+        elif name.endswith(".stream"):
+            streams[name.removesuffix(".stream")] = entry.read_bytes()
+        elif name == "error.json":
+            error = orjson.loads(entry.read_bytes())
+        elif name == "error.status":
+            status = int(entry.read_text().strip())
+    return Samples(requests, responses, streams, error, status)
 
 
 class StreamDecoder(Protocol):
-    """Upstream stream payloads (parsed JSON, or ``RawData``) to canonical events."""
+    """Upstream stream payloads (parsed JSON, :class:`~gateway.framing.RawData`, or
+    :class:`~gateway.framing.Named` for dialects that read event names) to canonical events."""
 
     def decode(self, payload: Any) -> list[StreamEvent]:
         """Raises :class:`DialectError` for a payload that is not this dialect's chunk."""
@@ -35,26 +163,92 @@ class StreamDecoder(Protocol):
 
 
 class StreamEncoder(Protocol):
-    """Canonical events to this dialect's stream payloads (compact JSON bytes, one per frame)."""
+    """Canonical events to this dialect's stream payloads: compact JSON bytes, one per frame, or
+    :class:`~gateway.framing.Named` for an SSE event that carries its name."""
 
-    def encode(self, event: StreamEvent) -> list[bytes]: ...
+    def encode(self, event: StreamEvent) -> list[Payload]: ...
 
 
 class Dialect(Protocol):
-    name: str
-    framing: Framing
-    """The stream framing this dialect emits."""
-    stream_content_type: str
-    stream_path: str | None
-    """A suffix that selects the streamed answer by path (``/stream``), or ``None`` when the
-    body (or a header) asks for a stream at the same path."""
-    stream_by_accept: bool
-    """Whether ``Accept: text/event-stream`` alone asks for a stream."""
+    """One wire format. Its declarations are read-only: a module's class attributes."""
+
+    @property
+    def name(self) -> str:
+        """The public name (config ``dialect:``, CLI ``--from``/``--to``)."""
+        ...
+
+    @property
+    def summary(self) -> str:
+        """One line for help texts and docs tables."""
+        ...
+
+    @property
+    def capabilities(self) -> Capabilities: ...
+
+    @property
+    def framing(self) -> Framing:
+        """The stream framing this dialect emits."""
+        ...
+
+    @property
+    def named_events(self) -> bool:
+        """Its SSE events carry ``event:`` names (read and written)."""
+        ...
+
+    @property
+    def stream_content_type(self) -> str: ...
+
+    @property
+    def stream_path(self) -> str | None:
+        """A suffix that selects the streamed answer by path (``/stream``), or ``None`` when the
+        body (or a header) asks for a stream at the same path."""
+        ...
+
+    @property
+    def stream_by_accept(self) -> bool:
+        """Whether ``Accept: text/event-stream`` alone asks for a stream."""
+        ...
+
+    @property
+    def default_path(self) -> str:
+        """Where this dialect's clients post by convention (the demo serves it there)."""
+        ...
+
+    @property
+    def models_path(self) -> str | None:
+        """Where this dialect's clients list models, written beside :attr:`default_path`
+        (``/v1/models`` beside ``/v1/chat/completions``): a route whose path ends as
+        ``default_path`` does after their common start (``/chat/completions``) answers
+        ``GET`` at its path with that ending replaced (``/v1/models``), by
+        :meth:`render_models`. ``None``: its clients list no models."""
+        ...
+
+    @property
+    def models_header(self) -> str | None:
+        """A request header this dialect's clients always send and others' do not
+        (``anthropic-version``): where routes of several dialects list models at one path, the
+        dialect whose header a request carries answers it (else one without such a header)."""
+        ...
+
+    def render_models(self, names: Sequence[str]) -> JSON:
+        """The model list body for :attr:`models_path` (only called when that is set)."""
+        ...
+
+    @property
+    def route_options(self) -> type[BaseModel] | None:
+        """Extra keys a route of this dialect may set (validated by this model), or ``None``;
+        their values reach the dialect in :attr:`ChatRequest.options`."""
+        ...
+
+    @property
+    def samples(self) -> Samples: ...
 
     def parse_request(self, body: JSON) -> ChatRequest: ...
 
-    def render_request(self, req: ChatRequest, *, stream: bool, model: str | None) -> JSON:
-        """``model`` is the upstream's default, used when the request names none."""
+    def render_request(self, req: ChatRequest, *, stream: bool, model: str | None,
+                       max_tokens: int | None = None) -> JSON:
+        """``model`` is the upstream's default, used when the request names none; likewise
+        ``max_tokens`` (dialects that require an output cap use it when the client set none)."""
         ...
 
     def parse_response(self, body: JSON) -> ChatResponse: ...
@@ -74,12 +268,22 @@ class Dialect(Protocol):
     def encoder(self, req: ChatRequest) -> StreamEncoder: ...
 
 
+class SamplesFromPackage:
+    """Mixin: :attr:`samples` loaded once from ``samples/<name>/``."""
+
+    name: str
+
+    @cached_property
+    def samples(self) -> Samples:
+        return load_samples(self.name)
+
+
 # --- shared helpers ------------------------------------------------------------------------------
 
 
 def expect_object(value: JSON, where: str) -> dict[str, JSON]:
     if not isinstance(value, dict):
-        raise DialectError(f"must be an object, not {_kind(value)}", where or "body")
+        raise DialectError(f"must be an object, not {kind_of(value)}", where or "body")
     return value
 
 
@@ -93,15 +297,20 @@ def split_known(obj: dict[str, JSON], known: frozenset[str]) -> dict[str, JSON]:
 _MESSAGE_KEYS = frozenset({"role", "content", "context", "name"})
 
 
-def parse_messages(body: dict[str, JSON], *, name_key: str = "name") -> list[Message]:
+def parse_messages(body: dict[str, JSON], *, name_key: str = "name",
+                   parse_content: Any = None) -> list[Message]:
+    """The ``messages`` list every chat dialect has: ``role``, ``content`` (a string, or a list
+    read by ``parse_content(list, where) -> list[Part]``; without it, text parts only),
+    optional ``context`` and a name under ``name_key``."""
     raw = body.get("messages")
     if raw is None:
         raise DialectError("is required", "messages")
     if not isinstance(raw, list):
-        raise DialectError(f"must be a list, not {_kind(raw)}", "messages")
+        raise DialectError(f"must be a list, not {kind_of(raw)}", "messages")
     if not raw:
         raise DialectError("must hold at least one message", "messages")
     known = _MESSAGE_KEYS | {name_key}
+    read_parts = parse_content or text_parts
     out: list[Message] = []
     for i, m in enumerate(raw):
         where = f"messages[{i}]"
@@ -110,25 +319,47 @@ def parse_messages(body: dict[str, JSON], *, name_key: str = "name") -> list[Mes
         if not isinstance(role, str):
             raise DialectError("must be a string", f"{where}.role")
         content = m.get("content")
-        if content is not None and not isinstance(content, str | list):
+        parsed: str | list[Part]
+        if content is None or isinstance(content, str):
+            parsed = content or ""
+        elif isinstance(content, list):
+            parsed = read_parts(content, f"{where}.content")
+        else:
             raise DialectError("must be a string or a list of parts", f"{where}.content")
         name = m.get(name_key)
         if name is not None and not isinstance(name, str):
             raise DialectError("must be a string", f"{where}.{name_key}")
-        out.append(Message(role, content, m.get("context"), name, split_known(m, known)))
+        out.append(Message(role, parsed, m.get("context"), name, extras=split_known(m, known)))
     return out
 
 
-def text_of(content: JSON) -> str:
-    """A message's text: OpenAI content parts are joined; non-text parts are dropped."""
+def text_parts(content: list[JSON], where: str) -> list[Part]:
+    """Content parts for a dialect that only has text: ``{"type": "text", "text": …}`` (or a
+    bare string) is text; anything else is an image (OpenAI's ``image_url`` shape) or kept as
+    an :class:`OtherPart` of no dialect, which no dialect renders (so it is reported)."""
+    out: list[Part] = []
+    for j, p in enumerate(content):
+        if isinstance(p, str):
+            out.append(TextPart(p))
+            continue
+        p = expect_object(p, f"{where}[{j}]")
+        kind = p.get("type")
+        text = p.get("text")
+        if kind == "text" and isinstance(text, str):
+            out.append(TextPart(text))
+        elif kind == "image_url" and isinstance(p.get("image_url"), dict) \
+                and isinstance(p["image_url"].get("url"), str):
+            out.append(ImagePart(url=p["image_url"]["url"]))
+        else:
+            out.append(OtherPart("", str(kind), p))
+    return out
+
+
+def text_of(content: str | list[Part]) -> str:
+    """A message's text: text parts joined; other parts have none."""
     if isinstance(content, str):
         return content
-    if isinstance(content, list):
-        return "".join(
-            p["text"] for p in content
-            if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
-        )
-    return ""
+    return "".join(p.text for p in content if isinstance(p, TextPart))
 
 
 def error_text(value: JSON) -> str:
@@ -147,9 +378,11 @@ _CODES = {
     401: "UNAUTHORIZED",
     403: "FORBIDDEN",
     404: "NOT_FOUND",
+    405: "METHOD_NOT_ALLOWED",
     408: "TIMEOUT",
     413: "PAYLOAD_TOO_LARGE",
     429: "RATE_LIMITED",
+    499: "CLIENT_CLOSED_REQUEST",
     502: "BAD_GATEWAY",
     503: "UNAVAILABLE",
     504: "GATEWAY_TIMEOUT",
@@ -160,7 +393,8 @@ def error_code_for(status: int) -> str:
     return _CODES.get(status, "INTERNAL_ERROR" if status >= 500 else "ERROR")
 
 
-def _kind(value: JSON) -> str:
+def kind_of(value: JSON) -> str:
+    """How an error message names a JSON value's type."""
     match value:
         case None:
             return "null"
@@ -175,3 +409,60 @@ def _kind(value: JSON) -> str:
         case dict():
             return "an object"
     return type(value).__name__
+
+
+# --- shapes the two protocol dialects share ------------------------------------------------------
+
+
+def request_context(req: ChatRequest) -> JSON:
+    """The protocol request context, with the canonical ``temperature`` as
+    ``overrides.temperature``."""
+    temperature = req.sampling.get("temperature")
+    if temperature is None:
+        return req.context
+    ctx = dict(req.context) if isinstance(req.context, dict) else {}
+    overrides = dict(ctx["overrides"]) if isinstance(ctx.get("overrides"), dict) else {}
+    overrides.setdefault("temperature", temperature)
+    ctx["overrides"] = overrides
+    return ctx
+
+
+def sampling_of(context: JSON) -> dict[str, JSON]:
+    """A protocol request context's ``overrides.temperature`` as canonical sampling."""
+    if isinstance(context, dict):
+        overrides = context.get("overrides")
+        if isinstance(overrides, dict) and isinstance(overrides.get("temperature"), int | float):
+            return {"temperature": overrides["temperature"]}
+    return {}
+
+
+def render_text_messages(req: ChatRequest, same: bool) -> list[dict[str, Any]]:
+    """``messages`` for a dialect whose messages are ``{role, content: text, context?}``:
+    parts become their text (what else they held the pipeline reported before this)."""
+    out = []
+    for m in req.messages:
+        wire: dict[str, Any] = dict(m.extras) if same else {}
+        wire["role"] = m.role
+        wire["content"] = text_of(m.content)
+        if m.context is not None:
+            wire["context"] = m.context
+        out.append(wire)
+    return out
+
+
+def usage_from_openai_shape(v: JSON) -> Usage | None:
+    """``{"prompt_tokens", "completion_tokens", …}`` (OpenAI's shape, which the protocol's
+    first version borrowed) as :class:`Usage`."""
+    if not isinstance(v, dict):
+        return None
+
+    def num(x: JSON) -> int | None:
+        return x if isinstance(x, int) and not isinstance(x, bool) else None
+
+    return Usage(input_tokens=num(v.get("prompt_tokens")),
+                 output_tokens=num(v.get("completion_tokens")))
+
+
+def usage_to_openai_shape(u: Usage) -> dict[str, JSON]:
+    return {"prompt_tokens": u.input_tokens or 0, "completion_tokens": u.output_tokens or 0,
+            "total_tokens": u.total_tokens or 0}

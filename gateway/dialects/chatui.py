@@ -1,9 +1,16 @@
 """``chatui``: a Chat UI's message format (see specs/chat-ui-api-formats.md).
 
 A whole answer is one message object, an array of them (multi-agent, each with ``agentName``), or
-the minimal ``[{"Items": [{"Text": …}]}]`` answer. A stream is SSE whose events each carry the
-*whole message so far* (cumulative ``content``) under one ``messageId``, ``status`` going
-``processing`` → ``completed``/``failed``; sources come with the events (usually the last).
+the minimal ``[{"Items": [{"Text": …}]}]`` answer. The Chat UI app itself (its latest version)
+reads none of these: it reads ``data.messages``, an array of its UI messages ``{id, role, content,
+timestamp, agentName?}``. So a single answer is the spec's object with ``messages`` added (readers
+of either shape work), and a multi-agent answer is the spec's array, or with the route option
+``chatui_shape: app`` the app's ``{"messages": [...]}``. Error bodies carry a top-level
+``message`` as well (the app shows ``errorBody.message``).
+
+A stream is SSE whose events each carry the *whole message so far* (cumulative ``content``)
+under one ``messageId``, ``status`` going ``processing`` → ``completed``/``failed``; sources
+come with the events (usually the last).
 
 Cumulative content becomes deltas by cutting the previously seen prefix; a new ``messageId`` (or
 ``agentName``) starts a new agent's text. Citations map to the canonical context as
@@ -15,10 +22,12 @@ Cumulative content becomes deltas by cutting the previously seen prefix; a new `
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal, assert_never
 
 import orjson
+from pydantic import BaseModel, ConfigDict
 
 from gateway.canonical import (
     JSON,
@@ -28,15 +37,21 @@ from gateway.canonical import (
     ChatResponse,
     Citation,
     ContextUpdate,
+    ReasoningDelta,
     StreamError,
     StreamEvent,
     StreamFinish,
     StreamStart,
     TextDelta,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
     citations_of,
     context_with_citations,
 )
 from gateway.dialects.base import (
+    Capabilities,
+    SamplesFromPackage,
     error_code_for,
     error_text,
     expect_object,
@@ -45,7 +60,7 @@ from gateway.dialects.base import (
     text_of,
 )
 from gateway.errors import DialectError
-from gateway.framing import Framing, RawData
+from gateway.framing import Framing, Payload, RawData
 
 __all__ = ["ChatUIDialect"]
 
@@ -53,6 +68,16 @@ NAME = "chatui"
 _REQUEST_KEYS = frozenset({"messages", "stream", "conversationId"})
 _MESSAGE_KEYS = frozenset(
     {"messageId", "conversationId", "role", "content", "contentType", "agentName"})
+
+
+class ChatUIRouteOptions(BaseModel):
+    """Options of a route whose clients speak ``chatui``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    chatui_shape: Literal["spec", "app"] = "spec"
+    """The shape of a multi-agent whole answer: ``spec``, the format's array of message objects;
+    ``app``, the Chat UI app's ``{"messages": [...]}`` (a single answer always carries both)."""
 
 
 def _iso_now() -> str:
@@ -102,6 +127,20 @@ def _role_of(obj: dict[str, JSON]) -> str | None:
     return role.lower() if isinstance(role, str) else None
 
 
+def _is_app_shape(body: JSON) -> bool:
+    return (isinstance(body, dict) and isinstance(body.get("messages"), list)
+            and "content" not in body and "Items" not in body)
+
+
+def _app_message(msg: dict[str, Any]) -> dict[str, Any]:
+    """A spec message object as the Chat UI app's UI message."""
+    out: dict[str, Any] = {"id": msg["messageId"], "role": "assistant",
+                           "content": msg["content"], "timestamp": msg["createdAt"]}
+    if "agentName" in msg:
+        out["agentName"] = msg["agentName"]
+    return out
+
+
 def _is_minimal(obj: JSON) -> bool:
     return isinstance(obj, dict) and isinstance(obj.get("Items"), list)
 
@@ -120,12 +159,23 @@ def _minimal_text(obj: dict[str, JSON], where: str) -> str:
     return "".join(parts)
 
 
-class ChatUIDialect:
+class ChatUIDialect(SamplesFromPackage):
     name = NAME
+    summary = ("a Chat UI's messageId/status/content/sources, SSE with cumulative content, "
+               "multi-agent arrays, the minimal `Items`/`Text` answer")
+    capabilities = Capabilities(session_state="string", citations=True, multi_agent=True)
     framing: Framing = "sse"
+    named_events = False
     stream_content_type = "text/event-stream"
     stream_path: str | None = None
     stream_by_accept = True
+    default_path = "/api/chat"
+    route_options: type[BaseModel] | None = ChatUIRouteOptions
+    models_path: str | None = None
+    models_header: str | None = None
+
+    def render_models(self, names: Sequence[str]) -> JSON:
+        raise NotImplementedError(f"{self.name} clients list no models")
 
     def parse_request(self, body: JSON) -> ChatRequest:
         obj = expect_object(body, "")
@@ -143,14 +193,15 @@ class ChatUIDialect:
             extras_dialect=NAME,
         )
 
-    def render_request(self, req: ChatRequest, *, stream: bool, model: str | None) -> JSON:
+    def render_request(self, req: ChatRequest, *, stream: bool, model: str | None,
+                       max_tokens: int | None = None) -> JSON:
         same = req.extras_dialect == NAME
         out: dict[str, Any] = dict(req.extras) if same else {}
         msgs = []
         for m in req.messages:
             wire: dict[str, Any] = dict(m.extras) if same else {}
             wire["role"] = m.role
-            wire["content"] = m.content if same else text_of(m.content)
+            wire["content"] = text_of(m.content)
             if m.name is not None and same:
                 wire["agentName"] = m.name
             msgs.append(wire)
@@ -164,6 +215,8 @@ class ChatUIDialect:
         return out
 
     def parse_response(self, body: JSON) -> ChatResponse:
+        if _is_app_shape(body):
+            return self._parse_app_shape(body)
         items = body if isinstance(body, list) else [expect_object(body, "")]
         if not items:
             raise DialectError("must hold at least one message", "body")
@@ -209,6 +262,24 @@ class ChatUIDialect:
             extras_dialect=NAME,
         )
 
+    def _parse_app_shape(self, body: dict[str, JSON]) -> ChatResponse:
+        """``{"messages": [{id, role, content, timestamp, agentName?}]}``: a backend written for
+        the Chat UI app."""
+        messages: list[AssistantMessage] = []
+        for i, m in enumerate(body["messages"]):
+            m = expect_object(m, f"messages[{i}]")
+            if _role_of(m) not in (None, "assistant"):
+                continue
+            content, agent, mid = m.get("content"), m.get("agentName"), m.get("id")
+            if not isinstance(content, str):
+                raise DialectError("must be a string", f"messages[{i}].content")
+            messages.append(AssistantMessage(
+                content, agent=agent if isinstance(agent, str) else None,
+                id=mid if isinstance(mid, str) else None))
+        return ChatResponse(messages=messages or [AssistantMessage("")],
+                            id=messages[0].id if messages else None,
+                            extras={"_array": len(messages) != 1}, extras_dialect=NAME)
+
     def render_response(self, resp: ChatResponse, req: ChatRequest) -> JSON:
         same = resp.extras_dialect == NAME
         # a state chatui cannot carry leaves the client its own conversationId (as streams do)
@@ -237,7 +308,12 @@ class ChatUIDialect:
             msg.setdefault("createdAt", _iso_now())
             out.append(msg)
         as_array = resp.extras.get("_array") if same else len(out) != 1
-        return out if as_array else out[0]
+        app_messages = [_app_message(m) for m in out if "content" in m]
+        if not as_array:
+            return {**out[0], "messages": app_messages}
+        if req.options.get("chatui_shape") == "app":
+            return {"messages": app_messages}
+        return out
 
     def parse_error(self, body: JSON) -> ChatError | None:
         items = body if isinstance(body, list) else [body]
@@ -254,6 +330,7 @@ class ChatUIDialect:
 
     def render_error(self, err: ChatError) -> JSON:
         return {
+            "message": err.message,
             "messageId": _new_id(),
             "status": "failed",
             "role": "assistant",
@@ -273,7 +350,8 @@ class ChatUIDialect:
 
 
 class _Decoder:
-    __slots__ = ("_agent", "_completed", "_content", "_ended", "_id", "_sources", "_started")
+    __slots__ = ("_agent", "_completed", "_content", "_ended", "_id", "_sources", "_started",
+                 "_told")
 
     def __init__(self) -> None:
         self._started = False
@@ -283,6 +361,7 @@ class _Decoder:
         self._agent: str | None = None
         self._content = ""
         self._sources: JSON = None
+        self._told = False
 
     def decode(self, payload: Any) -> list[StreamEvent]:
         if self._ended:
@@ -300,13 +379,15 @@ class _Decoder:
         events: list[StreamEvent] = []
         conv = payload.get("conversationId")
         state = conv if isinstance(conv, str) else None
+        mid, agent = payload.get("messageId"), payload.get("agentName")
         if not self._started:
             self._started = True
-            events.append(StreamStart(session_state=state))
-        mid, agent = payload.get("messageId"), payload.get("agentName")
+            events.append(StreamStart(session_state=state,
+                                      id=mid if isinstance(mid, str) else None))
         agent = agent if isinstance(agent, str) else None
         if (mid != self._id and self._id is not None) or agent != self._agent:
             self._content = ""  # another message: another agent's text starts
+            self._told = False
         self._id, self._agent = mid, agent
         content = payload.get("content")
         if isinstance(content, str):
@@ -322,7 +403,9 @@ class _Decoder:
                 piece = content[n:]
             self._content = content
             if piece:
-                events.append(TextDelta(piece, agent))
+                told = mid if isinstance(mid, str) and not self._told else None
+                self._told = True  # the message's id goes with its first text only
+                events.append(TextDelta(piece, agent, told))
         sources = payload.get("sources")
         if isinstance(sources, list) and sources and sources != self._sources:
             self._sources = sources
@@ -379,7 +462,7 @@ class _Encoder:
             if sources:
                 self._sources = sources
 
-    def encode(self, event: StreamEvent) -> list[bytes]:
+    def encode(self, event: StreamEvent) -> list[Payload]:
         if self._closed:
             return []
         match event:
@@ -388,13 +471,16 @@ class _Encoder:
                 if self._started:
                     return []
                 self._started = True
+                if event.id:  # one id from first to last event, the upstream's when it had one
+                    self._id = event.id
                 return [self._event("processing")]
             case TextDelta():
-                out: list[bytes] = []
+                out: list[Payload] = []
                 if event.agent != self._agent:
                     if self._content:
                         out.append(self._event("completed"))
-                        self._id, self._content, self._created = _new_id(), "", _iso_now()
+                        self._id, self._content, self._created = (
+                            event.message_id or _new_id(), "", _iso_now())
                         self._sources = []
                     self._agent = event.agent
                 self._started = True
@@ -408,6 +494,11 @@ class _Encoder:
                 self._closed = True
                 return [self._event("completed")]
             case StreamError():
+                # Same id, the content shown so far: a cumulative reader must not see it wiped.
                 self._closed = True
                 return [self._event("failed", {
                     "message": event.message, "code": event.code or error_code_for(event.status)})]
+            case ReasoningDelta() | ToolCallStart() | ToolCallDelta() | ToolCallEnd():
+                return []  # not carried (declared): the pipeline reported them before this
+            case _:
+                assert_never(event)

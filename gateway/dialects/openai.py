@@ -1,14 +1,21 @@
 """``openai``: raw Chat Completions (see specs/openai-chat-completions.md).
 
-Streams are SSE: a role chunk first, content chunks, a chunk with ``finish_reason``, an optional
-usage chunk with ``choices: []``, then ``data: [DONE]``. An error after the stream began is an event
-``data: {"error": {...}}`` and no ``[DONE]`` follows it. Only choice 0 is read (the gateway never
-asks for ``n > 1``).
+Requests carry content parts (``text``, ``image_url``; others are kept verbatim for OpenAI
+upstreams), ``tools`` / ``tool_choice`` / ``parallel_tool_calls``, assistant ``tool_calls`` and
+``tool`` results. Reasoning travels as ``reasoning_content`` on messages and deltas, the field the
+OpenAI-compatible servers that stream reasoning use (DeepSeek, vLLM; ``reasoning`` is read too).
+
+Streams are SSE: a role chunk first, content and tool-call chunks (``delta.tool_calls[]`` by
+``index``, the arguments string split over chunks), a chunk with ``finish_reason``, an optional
+usage chunk with ``choices: []``, then ``data: [DONE]``. An error after the stream began is an
+event ``data: {"error": {...}}`` and no ``[DONE]`` follows it. Only choice 0 is read (the gateway
+never asks for ``n > 1``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, assert_never
 
 import orjson
 
@@ -19,33 +26,50 @@ from gateway.canonical import (
     ChatRequest,
     ChatResponse,
     ContextUpdate,
+    ImagePart,
+    Message,
+    OtherPart,
+    Part,
+    Reasoning,
+    ReasoningDelta,
+    ReasoningRequest,
     StreamError,
     StreamEvent,
     StreamFinish,
     StreamStart,
     TextDelta,
+    TextPart,
+    ToolCall,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+    ToolChoice,
+    ToolDef,
+    Usage,
     agent_header,
     new_completion_id,
     now,
 )
 from gateway.dialects.base import (
+    Capabilities,
+    SamplesFromPackage,
     error_text,
     expect_object,
-    parse_messages,
+    kind_of,
     split_known,
-    text_of,
 )
 from gateway.errors import DialectError
-from gateway.framing import Framing, RawData
+from gateway.framing import Framing, Payload, RawData
 
 __all__ = ["OpenAIDialect"]
 
 NAME = "openai"
-SAMPLING = frozenset({
-    "temperature", "top_p", "n", "stop", "max_tokens", "max_completion_tokens",
-    "presence_penalty", "frequency_penalty", "seed", "logit_bias", "user",
-})
-_REQUEST_KEYS = frozenset({"model", "messages", "stream"}) | SAMPLING
+_SAMPLING = ("temperature", "top_p", "seed", "presence_penalty", "frequency_penalty", "user")
+_REQUEST_KEYS = frozenset({
+    "model", "messages", "stream", "tools", "tool_choice", "parallel_tool_calls", "stop",
+    "max_tokens", "max_completion_tokens", "reasoning_effort", *_SAMPLING})
+_MESSAGE_KEYS = frozenset({"role", "content", "name", "tool_calls", "tool_call_id",
+                           "reasoning_content"})
 _RESPONSE_KEYS = frozenset({"id", "created", "model", "choices", "usage"})
 _ERROR_TYPES = {
     400: "invalid_request_error",
@@ -55,6 +79,9 @@ _ERROR_TYPES = {
     413: "invalid_request_error",
     429: "rate_limit_error",
 }
+_FINISH_IN = {"function_call": "tool_calls"}
+_FINISH_OUT = {"error": "stop"}
+_KNOWN_FINISH = frozenset({"stop", "length", "tool_calls", "content_filter"})
 _DONE = b"[DONE]"
 
 
@@ -62,56 +89,121 @@ def _error_type(status: int) -> str:
     return _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
 
 
-class OpenAIDialect:
+def _finish_in(reason: str) -> str:
+    return _FINISH_IN.get(reason, reason)
+
+
+def _finish_out(reason: str | None) -> str:
+    if reason is None:
+        return "stop"
+    reason = _FINISH_OUT.get(reason, reason)
+    return reason if reason in _KNOWN_FINISH else "stop"
+
+
+class OpenAIDialect(SamplesFromPackage):
     name = NAME
+    summary = "raw OpenAI Chat Completions, SSE ending in [DONE]"
+    capabilities = Capabilities(usage_whole=True, usage_stream=True, tools=True, images=True,
+                                reasoning=True)
     framing: Framing = "sse"
+    named_events = False
     stream_content_type = "text/event-stream"
     stream_path: str | None = None
     stream_by_accept = False
+    default_path = "/v1/chat/completions"
+    route_options = None
+    models_path: str | None = "/v1/models"
+    models_header: str | None = None
+
+    def render_models(self, names: Sequence[str]) -> JSON:
+        # https://platform.openai.com/docs/api-reference/models/list; ``created`` is unknown
+        # for a model an upstream serves, and 0 says so.
+        return {"object": "list", "data": [
+            {"id": n, "object": "model", "created": 0, "owned_by": "chat-gateway"}
+            for n in names]}
+
+    # --- requests ------------------------------------------------------------------------------
 
     def parse_request(self, body: JSON) -> ChatRequest:
         obj = expect_object(body, "")
-        messages = parse_messages(obj)
         model = obj.get("model")
         if model is not None and not isinstance(model, str):
             raise DialectError("must be a string", "model")
         stream = obj.get("stream", False)
         if stream is not None and not isinstance(stream, bool):
             raise DialectError("must be a boolean", "stream")
-        temperature = obj.get("temperature")
-        if temperature is not None and (
-            isinstance(temperature, bool) or not isinstance(temperature, int | float)
-        ):
-            raise DialectError("must be a number", "temperature")
-        sampling = {k: obj[k] for k in SAMPLING if obj.get(k) is not None}
+        sampling: dict[str, JSON] = {}
+        for key in _SAMPLING:
+            value = obj.get(key)
+            if value is None:
+                continue
+            if key != "user" and (isinstance(value, bool) or not isinstance(value, int | float)):
+                raise DialectError("must be a number", key)
+            sampling[key] = value
+        hints: dict[str, JSON] = {"include_usage": _include_usage(obj)}
+        for key in ("max_completion_tokens", "max_tokens"):
+            cap = obj.get(key)
+            if cap is not None:
+                if isinstance(cap, bool) or not isinstance(cap, int):
+                    raise DialectError("must be an integer", key)
+                sampling["max_tokens"] = cap
+                hints["max_key"] = key
+                break
+        stop = obj.get("stop")
+        if isinstance(stop, str):
+            sampling["stop"] = [stop]
+        elif isinstance(stop, list) and all(isinstance(s, str) for s in stop):
+            sampling["stop"] = stop
+        elif stop is not None:
+            raise DialectError("must be a string or a list of strings", "stop")
+        effort = obj.get("reasoning_effort")
+        if effort is not None and not isinstance(effort, str):
+            raise DialectError("must be a string", "reasoning_effort")
         return ChatRequest(
-            messages=messages,
+            messages=_parse_messages(obj),
             stream=bool(stream),
             model=model,
             sampling=sampling,
+            tools=_parse_tools(obj.get("tools")),
+            tool_choice=_parse_tool_choice(obj.get("tool_choice"), obj.get("parallel_tool_calls")),
+            reasoning=ReasoningRequest(effort=effort) if effort else None,
             # "stream" stays in extras so that a same-dialect render keeps an explicit false
             extras=split_known(obj, _REQUEST_KEYS - {"stream"}),
             extras_dialect=NAME,
-            hints={"include_usage": _include_usage(obj)},
+            hints=hints,
         )
 
-    def render_request(self, req: ChatRequest, *, stream: bool, model: str | None) -> JSON:
+    def render_request(self, req: ChatRequest, *, stream: bool, model: str | None,
+                       max_tokens: int | None = None) -> JSON:
         same = req.extras_dialect == NAME
         out: dict[str, Any] = dict(req.extras) if same else {}
         out["model"] = req.model or model or "default"
-        msgs = []
-        for m in req.messages:
-            wire: dict[str, Any] = dict(m.extras) if same else {}
-            wire["role"] = m.role
-            wire["content"] = m.content if same else text_of(m.content)
-            if m.name is not None:
-                wire["name"] = m.name
-            msgs.append(wire)
-        out["messages"] = msgs
-        out.update(req.sampling)
-        temperature = _override(req.context, "temperature")
-        if temperature is not None and "temperature" not in out:
-            out["temperature"] = temperature
+        out["messages"] = [_render_message(m, same) for m in req.messages]
+        for key in _SAMPLING:
+            if key in req.sampling:
+                out[key] = req.sampling[key]
+        if "temperature" not in out:
+            temperature = _override(req.context, "temperature")
+            if temperature is not None:
+                out["temperature"] = temperature
+        if "stop" in req.sampling:
+            out["stop"] = req.sampling["stop"]
+        cap = req.sampling.get("max_tokens", max_tokens)
+        if cap is not None:
+            spelled = req.hints.get("max_key") if same else None
+            out[spelled if isinstance(spelled, str) else "max_tokens"] = cap
+        if req.reasoning is not None and req.reasoning.enabled:
+            out["reasoning_effort"] = req.reasoning.effort or _effort_of(req.reasoning)
+        if req.tools:
+            out["tools"] = [_render_tool(t) for t in req.tools]
+        if req.tool_choice is not None:
+            choice = req.tool_choice
+            if choice.mode == "tool":
+                out["tool_choice"] = {"type": "function", "function": {"name": choice.name}}
+            else:
+                out["tool_choice"] = choice.mode
+            if choice.parallel is not None and req.tools:
+                out["parallel_tool_calls"] = choice.parallel
         if stream:
             out["stream"] = True
             if not same or not req.stream:
@@ -124,6 +216,8 @@ class OpenAIDialect:
                 out["stream"] = False
         return out
 
+    # --- whole answers -------------------------------------------------------------------------
+
     def parse_response(self, body: JSON) -> ChatResponse:
         obj = expect_object(body, "")
         choices = obj.get("choices")
@@ -134,20 +228,28 @@ class OpenAIDialect:
         content = message.get("content")
         if content is not None and not isinstance(content, str | list):
             raise DialectError("must be a string", "choices[0].message.content")
+        text = content if isinstance(content, str) else _parts_text(content)
         role = message.get("role")
+        reason = choice.get("finish_reason")
+        extras = split_known(obj, _RESPONSE_KEYS)
+        extras["_choice"] = split_known(choice, frozenset({"message", "finish_reason"}))
+        if isinstance(obj.get("usage"), dict):
+            extras["_usage"] = obj["usage"]
         return ChatResponse(
             messages=[AssistantMessage(
-                content=text_of(content),
+                content=text,
                 role=role if isinstance(role, str) else "assistant",
-                extras=split_known(message, frozenset({"role", "content"})),
+                tool_calls=_parse_tool_calls(message.get("tool_calls"),
+                                             "choices[0].message.tool_calls"),
+                reasoning=_reasoning_of(message),
+                extras=split_known(message, _MESSAGE_KEYS),
             )],
-            finish_reason=_str(choice.get("finish_reason")),
+            finish_reason=_finish_in(reason) if isinstance(reason, str) else None,
             usage=_usage(obj.get("usage")),
             id=_str(obj.get("id")),
             created=_int(obj.get("created")),
             model=_str(obj.get("model")),
-            extras={**split_known(obj, _RESPONSE_KEYS),
-                    "_choice": split_known(choice, frozenset({"message", "finish_reason"}))},
+            extras=extras,
             extras_dialect=NAME,
         )
 
@@ -155,13 +257,23 @@ class OpenAIDialect:
         same = resp.extras_dialect == NAME
         extras = dict(resp.extras) if same else {}
         choice: dict[str, Any] = extras.pop("_choice", None) or {"index": 0, "logprobs": None}
+        raw_usage = extras.pop("_usage", None)
         message: dict[str, Any] = {}
         first = resp.messages[0] if resp.messages else None
         if same and first is not None:
             message.update(first.extras)
         message["role"] = "assistant"
-        message["content"] = resp.text
-        choice = {**choice, "message": message, "finish_reason": resp.finish_reason or "stop"}
+        calls = resp.tool_calls
+        text = resp.text
+        message["content"] = text if text or not calls else None
+        reasoning = "".join(r.text for r in resp.reasoning)
+        if reasoning:
+            message["reasoning_content"] = reasoning
+        if calls:
+            message["tool_calls"] = [_render_call(c) for c in calls]
+        reason = resp.finish_reason if same and resp.finish_reason else _finish_out(
+            resp.finish_reason or ("tool_calls" if calls else None))
+        choice = {**choice, "message": message, "finish_reason": reason}
         out: dict[str, Any] = {
             **extras,
             "id": resp.id or new_completion_id(),
@@ -170,9 +282,13 @@ class OpenAIDialect:
             "model": resp.model or req.model or "unknown",
             "choices": [choice],
         }
-        if resp.usage is not None:
-            out["usage"] = resp.usage
+        if raw_usage is not None:
+            out["usage"] = raw_usage
+        elif resp.usage is not None:
+            out["usage"] = _render_usage(resp.usage)
         return out
+
+    # --- errors --------------------------------------------------------------------------------
 
     def parse_error(self, body: JSON) -> ChatError | None:
         if isinstance(body, dict) and body.get("error") is not None:
@@ -193,12 +309,219 @@ class OpenAIDialect:
             "code": err.code,
         }}
 
+    # --- streams -------------------------------------------------------------------------------
+
     def decoder(self) -> _Decoder:
         return _Decoder()
 
     def encoder(self, req: ChatRequest) -> _Encoder:
         return _Encoder(req.model, bool(req.hints.get("include_usage")) if
                         req.extras_dialect == NAME else False)
+
+
+# --- request parts -------------------------------------------------------------------------------
+
+
+def _parse_messages(obj: dict[str, JSON]) -> list[Message]:
+    raw = obj.get("messages")
+    if raw is None:
+        raise DialectError("is required", "messages")
+    if not isinstance(raw, list):
+        raise DialectError(f"must be a list, not {kind_of(raw)}", "messages")
+    if not raw:
+        raise DialectError("must hold at least one message", "messages")
+    out: list[Message] = []
+    for i, m in enumerate(raw):
+        where = f"messages[{i}]"
+        m = expect_object(m, where)
+        role = m.get("role")
+        if not isinstance(role, str):
+            raise DialectError("must be a string", f"{where}.role")
+        content = m.get("content")
+        parts: str | list[Part]
+        if content is None or isinstance(content, str):
+            parts = content or ""
+        elif isinstance(content, list):
+            parts = _parse_parts(content, f"{where}.content")
+        else:
+            raise DialectError("must be a string or a list of parts", f"{where}.content")
+        name = m.get("name")
+        if name is not None and not isinstance(name, str):
+            raise DialectError("must be a string", f"{where}.name")
+        call_id = m.get("tool_call_id")
+        if role == "tool" and not isinstance(call_id, str):
+            raise DialectError("is required for a tool message", f"{where}.tool_call_id")
+        extras = split_known(m, _MESSAGE_KEYS)
+        if content is None and "content" in m:
+            extras["content"] = None  # a same-dialect render gives back null, not ""
+        out.append(Message(
+            role, parts, name=name,
+            tool_calls=_parse_tool_calls(m.get("tool_calls"), f"{where}.tool_calls"),
+            tool_call_id=call_id if isinstance(call_id, str) else None,
+            reasoning=_reasoning_of(m),
+            extras=extras,
+        ))
+    return out
+
+
+def _parse_parts(content: list[JSON], where: str) -> list[Part]:
+    out: list[Part] = []
+    for j, p in enumerate(content):
+        p = expect_object(p, f"{where}[{j}]")
+        kind = p.get("type")
+        if kind == "text":
+            text = p.get("text")
+            if not isinstance(text, str):
+                raise DialectError("must be a string", f"{where}[{j}].text")
+            out.append(TextPart(text))
+        elif kind == "image_url":
+            image = p.get("image_url")
+            url = image.get("url") if isinstance(image, dict) else image
+            if not isinstance(url, str):
+                raise DialectError("must be a string", f"{where}[{j}].image_url.url")
+            detail = image.get("detail") if isinstance(image, dict) else None
+            out.append(ImagePart(url=url, detail=detail if isinstance(detail, str) else None))
+        else:
+            out.append(OtherPart(NAME, str(kind), p))
+    return out
+
+
+def _render_parts(content: str | list[Part]) -> JSON:
+    if isinstance(content, str):
+        return content
+    out: list[JSON] = []
+    for p in content:
+        match p:
+            case TextPart():
+                out.append({"type": "text", "text": p.text})
+            case ImagePart():
+                image: dict[str, JSON] = {"url": p.as_url()}
+                if p.detail:
+                    image["detail"] = p.detail
+                out.append({"type": "image_url", "image_url": image})
+            case OtherPart():
+                if p.dialect == NAME:
+                    out.append(p.raw)
+    return out
+
+
+def _parts_text(content: JSON) -> str:
+    if not isinstance(content, list):
+        return ""
+    return "".join(p["text"] for p in content
+                   if isinstance(p, dict) and p.get("type") == "text"
+                   and isinstance(p.get("text"), str))
+
+
+def _render_message(m: Message, same: bool) -> dict[str, Any]:
+    wire: dict[str, Any] = dict(m.extras) if same else {}
+    wire["role"] = m.role
+    if m.tool_calls and m.content == "" and "content" not in wire:
+        wire["content"] = None
+    elif not (same and m.content == "" and wire.get("content", "") is None):
+        wire["content"] = _render_parts(m.content)
+    if m.name is not None:
+        wire["name"] = m.name
+    if m.tool_calls:
+        wire["tool_calls"] = [_render_call(c) for c in m.tool_calls]
+    if m.tool_call_id is not None:
+        wire["tool_call_id"] = m.tool_call_id
+    reasoning = "".join(r.text for r in m.reasoning)
+    if reasoning:
+        wire["reasoning_content"] = reasoning
+    return wire
+
+
+def _parse_tools(raw: JSON) -> list[ToolDef]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise DialectError(f"must be a list, not {kind_of(raw)}", "tools")
+    out: list[ToolDef] = []
+    for i, t in enumerate(raw):
+        t = expect_object(t, f"tools[{i}]")
+        if t.get("type", "function") != "function":
+            out.append(ToolDef(name="", kind=str(t.get("type")), raw=t, dialect=NAME))
+            continue
+        fn = expect_object(t.get("function"), f"tools[{i}].function")
+        name = fn.get("name")
+        if not isinstance(name, str) or not name:
+            raise DialectError("must be a non-empty string", f"tools[{i}].function.name")
+        desc = fn.get("description")
+        strict = fn.get("strict")
+        out.append(ToolDef(name, desc if isinstance(desc, str) else None, fn.get("parameters"),
+                           strict if isinstance(strict, bool) else None))
+    return out
+
+
+def _render_tool(t: ToolDef) -> JSON:
+    if t.kind != "function":
+        return t.raw
+    fn: dict[str, JSON] = {"name": t.name}
+    if t.description is not None:
+        fn["description"] = t.description
+    fn["parameters"] = t.parameters if t.parameters is not None else {
+        "type": "object", "properties": {}}
+    if t.strict is not None:
+        fn["strict"] = t.strict
+    return {"type": "function", "function": fn}
+
+
+def _parse_tool_choice(raw: JSON, parallel: JSON) -> ToolChoice | None:
+    par = parallel if isinstance(parallel, bool) else None
+    if raw is None:
+        return ToolChoice("auto", parallel=par) if par is not None else None
+    if raw in ("auto", "none", "required"):
+        return ToolChoice(raw, parallel=par)
+    if isinstance(raw, dict):
+        fn = raw.get("function")
+        name = fn.get("name") if isinstance(fn, dict) else None
+        if isinstance(name, str):
+            return ToolChoice("tool", name, par)
+    raise DialectError('must be "auto", "none", "required" or a named function', "tool_choice")
+
+
+def _parse_tool_calls(raw: JSON, where: str) -> list[ToolCall]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise DialectError(f"must be a list, not {kind_of(raw)}", where)
+    out: list[ToolCall] = []
+    for i, c in enumerate(raw):
+        c = expect_object(c, f"{where}[{i}]")
+        fn = expect_object(c.get("function"), f"{where}[{i}].function")
+        cid, name, args = c.get("id"), fn.get("name"), fn.get("arguments")
+        if not isinstance(cid, str):
+            raise DialectError("must be a string", f"{where}[{i}].id")
+        if not isinstance(name, str):
+            raise DialectError("must be a string", f"{where}[{i}].function.name")
+        if args is not None and not isinstance(args, str):
+            raise DialectError("must be a string of JSON", f"{where}[{i}].function.arguments")
+        out.append(ToolCall(cid, name, args or "{}"))
+    return out
+
+
+def _render_call(c: ToolCall) -> JSON:
+    return {"id": c.id, "type": "function",
+            "function": {"name": c.name, "arguments": c.arguments}}
+
+
+def _reasoning_of(message: dict[str, JSON]) -> list[Reasoning]:
+    text = message.get("reasoning_content", message.get("reasoning"))
+    return [Reasoning(text)] if isinstance(text, str) and text else []
+
+
+_EFFORT_BY_BUDGET = ((2048, "low"), (8192, "medium"))
+
+
+def _effort_of(r: ReasoningRequest) -> str:
+    """A thinking budget as OpenAI's effort (the table is in docs/translation.md)."""
+    if r.budget_tokens is None:
+        return "medium"
+    for limit, effort in _EFFORT_BY_BUDGET:
+        if r.budget_tokens <= limit:
+            return effort
+    return "high"
 
 
 def _include_usage(obj: dict[str, JSON]) -> bool:
@@ -222,19 +545,46 @@ def _int(v: JSON) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
-def _usage(v: JSON) -> dict[str, JSON] | None:
-    return v if isinstance(v, dict) else None
+def _usage(v: JSON) -> Usage | None:
+    if not isinstance(v, dict):
+        return None
+    prompt = v.get("prompt_tokens_details")
+    completion = v.get("completion_tokens_details")
+    return Usage(
+        input_tokens=_int(v.get("prompt_tokens")),
+        output_tokens=_int(v.get("completion_tokens")),
+        cached_input_tokens=_int(prompt.get("cached_tokens")) if isinstance(prompt, dict)
+        else None,
+        reasoning_tokens=_int(completion.get("reasoning_tokens"))
+        if isinstance(completion, dict) else None,
+    )
+
+
+def _render_usage(u: Usage) -> dict[str, JSON]:
+    out: dict[str, JSON] = {"prompt_tokens": u.input_tokens or 0,
+                            "completion_tokens": u.output_tokens or 0,
+                            "total_tokens": u.total_tokens or 0}
+    if u.cached_input_tokens is not None:
+        out["prompt_tokens_details"] = {"cached_tokens": u.cached_input_tokens}
+    if u.reasoning_tokens is not None:
+        out["completion_tokens_details"] = {"reasoning_tokens": u.reasoning_tokens}
+    return out
+
+
+# --- streams -------------------------------------------------------------------------------------
 
 
 class _Decoder:
-    __slots__ = ("_done", "_failed", "_reason", "_started", "_usage")
+    __slots__ = ("_calls", "_done", "_failed", "_reason", "_started", "_usage")
 
     def __init__(self) -> None:
         self._started = False
         self._done = False
         self._failed = False
         self._reason: str | None = None
-        self._usage: dict[str, JSON] | None = None
+        self._usage: Usage | None = None
+        self._calls: dict[int, int] = {}
+        """The wire's tool call index -> the canonical one, for calls not yet ended."""
 
     def decode(self, payload: Any) -> list[StreamEvent]:
         if self._done or self._failed:
@@ -242,7 +592,7 @@ class _Decoder:
         if isinstance(payload, RawData):
             if payload.text.strip() == "[DONE]":
                 self._done = True
-                return [StreamFinish(self._reason or "stop", self._usage)]
+                return [*self._end_calls(), StreamFinish(self._reason or "stop", self._usage)]
             raise DialectError("an event's data is not JSON", "stream")
         if not isinstance(payload, dict):
             raise DialectError("a chunk must be an object", "stream")
@@ -259,20 +609,59 @@ class _Decoder:
                                       model=_str(payload.get("model"))))
         usage = payload.get("usage")
         if isinstance(usage, dict):
-            self._usage = usage
+            self._usage = _usage(usage)
         choices = payload.get("choices")
         if isinstance(choices, list) and choices:
             choice = choices[0]
             if isinstance(choice, dict):
                 delta = choice.get("delta")
                 if isinstance(delta, dict):
-                    text = delta.get("content")
-                    if isinstance(text, str) and text:
-                        events.append(TextDelta(text))
+                    self._delta(delta, events)
                 reason = choice.get("finish_reason")
                 if isinstance(reason, str):
-                    self._reason = reason
+                    self._reason = _finish_in(reason)
+                    events.extend(self._end_calls())
         return events
+
+    def _delta(self, delta: dict[str, Any], events: list[StreamEvent]) -> None:
+        thought = delta.get("reasoning_content", delta.get("reasoning"))
+        if isinstance(thought, str) and thought:
+            events.append(ReasoningDelta(thought))
+        text = delta.get("content")
+        if isinstance(text, str) and text:
+            events.append(TextDelta(text))
+        calls = delta.get("tool_calls")
+        if isinstance(calls, list):
+            for pos, call in enumerate(calls):
+                if isinstance(call, dict):
+                    self._call(call, pos, events)
+
+    def _call(self, call: dict[str, Any], pos: int, events: list[StreamEvent]) -> None:
+        wire = call.get("index")
+        wire = wire if isinstance(wire, int) else pos
+        fn = call.get("function")
+        fn = fn if isinstance(fn, dict) else {}
+        index = self._calls.get(wire)
+        if index == -1:
+            raise DialectError("a tool call's arguments continue after it ended", "stream")
+        if index is None:
+            name, cid = fn.get("name"), call.get("id")
+            if not isinstance(name, str):
+                raise DialectError("a tool call's first chunk names no function", "stream")
+            index = len(self._calls)  # ended calls stay in the map, so this counts every call
+            self._calls[wire] = index
+            events.append(ToolCallStart(index, cid if isinstance(cid, str) else
+                                        f"call_{index}", name))
+        args = fn.get("arguments")
+        if isinstance(args, str) and args:
+            events.append(ToolCallDelta(index, args))
+
+    def _end_calls(self) -> list[StreamEvent]:
+        ended: list[StreamEvent] = [ToolCallEnd(i) for i in sorted(self._calls.values())
+                                    if i >= 0]
+        # ended calls keep their wire index (a late fragment is then an error, not a new call)
+        self._calls = {w: -1 for w in self._calls}
+        return ended
 
     def end(self) -> list[StreamEvent]:
         if self._done or self._failed:
@@ -280,13 +669,13 @@ class _Decoder:
         self._done = True
         if self._reason is not None:
             # Tolerated: a server that finished its answer but left out [DONE].
-            return [StreamFinish(self._reason, self._usage)]
+            return [*self._end_calls(), StreamFinish(self._reason, self._usage)]
         return [StreamError("the upstream stream ended before it finished")]
 
 
 class _Encoder:
-    __slots__ = ("_agent", "_closed", "_created", "_first", "_id", "_include_usage", "_model",
-                 "_prefix", "_spoke")
+    __slots__ = ("_agent", "_calls", "_closed", "_created", "_first", "_id", "_include_usage",
+                 "_model", "_prefix", "_spoke")
 
     def __init__(self, model: str | None, include_usage: bool) -> None:
         self._id = new_completion_id()
@@ -297,6 +686,7 @@ class _Encoder:
         self._closed = False
         self._agent: str | None = None
         self._spoke = False  # any text sent yet (the next agent's header starts a paragraph)
+        self._calls = 0  # tool calls started: the finish reason defaults to tool_calls
         self._prefix = b""
 
     def _chunk(self, delta: dict[str, Any], reason: str | None = None) -> bytes:
@@ -308,13 +698,13 @@ class _Encoder:
         return self._prefix + b',"choices":' + orjson.dumps(
             [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}]) + b"}"
 
-    def _start(self) -> list[bytes]:
+    def _start(self) -> list[Payload]:
         if not self._first:
             return []
         self._first = False
         return [self._chunk({"role": "assistant", "content": ""})]
 
-    def encode(self, event: StreamEvent) -> list[bytes]:
+    def encode(self, event: StreamEvent) -> list[Payload]:
         if self._closed:
             return []
         match event:
@@ -324,7 +714,7 @@ class _Encoder:
                         self._id = event.id
                     if event.created:
                         self._created = event.created
-                    if event.model and self._model == "unknown":
+                    if event.model:  # the model that answered, as in a whole answer
                         self._model = event.model
                 return self._start()
             case TextDelta():
@@ -336,15 +726,31 @@ class _Encoder:
                 self._spoke = True
                 out.append(self._chunk({"content": text}))
                 return out
-            case ContextUpdate():
+            case ReasoningDelta():
+                out = self._start()
+                if event.text:
+                    out.append(self._chunk({"reasoning_content": event.text}))
+                return out
+            case ToolCallStart():
+                out = self._start()
+                self._calls += 1
+                out.append(self._chunk({"tool_calls": [{
+                    "index": event.index, "id": event.id, "type": "function",
+                    "function": {"name": event.name, "arguments": ""}}]}))
+                return out
+            case ToolCallDelta():
+                return [self._chunk({"tool_calls": [{
+                    "index": event.index, "function": {"arguments": event.arguments}}]})]
+            case ToolCallEnd() | ContextUpdate():
                 return []
             case StreamFinish():
                 out = self._start()
                 self._closed = True
-                out.append(self._chunk({}, event.reason or "stop"))
+                reason = event.reason or ("tool_calls" if self._calls else None)
+                out.append(self._chunk({}, _finish_out(reason)))
                 if self._include_usage and event.usage is not None:
                     out.append(self._prefix + b',"choices":[],"usage":'
-                               + orjson.dumps(event.usage) + b"}")
+                               + orjson.dumps(_render_usage(event.usage)) + b"}")
                 out.append(_DONE)
                 return out
             case StreamError():
@@ -352,3 +758,5 @@ class _Encoder:
                 return [orjson.dumps({"error": {
                     "message": event.message, "type": _error_type(event.status),
                     "param": None, "code": event.code}})]
+            case _:
+                assert_never(event)

@@ -8,7 +8,8 @@ Streams are JSON lines of ``{"choices": [{"delta": …, "context"?, "session_sta
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, assert_never
 
 import orjson
 
@@ -19,24 +20,35 @@ from gateway.canonical import (
     ChatRequest,
     ChatResponse,
     ContextUpdate,
+    ReasoningDelta,
     StreamError,
     StreamEvent,
     StreamFinish,
     StreamStart,
     TextDelta,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+    Usage,
     agent_header,
     new_completion_id,
     now,
 )
 from gateway.dialects.base import (
+    Capabilities,
+    SamplesFromPackage,
     error_text,
     expect_object,
     parse_messages,
+    render_text_messages,
+    request_context,
+    sampling_of,
     split_known,
-    text_of,
+    usage_from_openai_shape,
+    usage_to_openai_shape,
 )
 from gateway.errors import DialectError
-from gateway.framing import Framing
+from gateway.framing import Framing, Payload
 
 __all__ = ["Protocol20240128"]
 
@@ -46,45 +58,24 @@ _RESPONSE_KEYS = frozenset({"choices", "id", "created", "model", "usage"})
 _CHOICE_KEYS = frozenset({"message", "context", "session_state", "finish_reason"})
 
 
-def request_context(req: ChatRequest) -> JSON:
-    """The protocol request context, with OpenAI's ``temperature`` as
-    ``overrides.temperature``."""
-    temperature = req.sampling.get("temperature")
-    if temperature is None:
-        return req.context
-    ctx = dict(req.context) if isinstance(req.context, dict) else {}
-    overrides = dict(ctx["overrides"]) if isinstance(ctx.get("overrides"), dict) else {}
-    overrides.setdefault("temperature", temperature)
-    ctx["overrides"] = overrides
-    return ctx
-
-
-def sampling_of(context: JSON) -> dict[str, JSON]:
-    if isinstance(context, dict):
-        overrides = context.get("overrides")
-        if isinstance(overrides, dict) and isinstance(overrides.get("temperature"), int | float):
-            return {"temperature": overrides["temperature"]}
-    return {}
-
-
-def render_messages(req: ChatRequest, same: bool) -> list[dict[str, Any]]:
-    out = []
-    for m in req.messages:
-        wire: dict[str, Any] = dict(m.extras) if same else {}
-        wire["role"] = m.role
-        wire["content"] = m.content if same else text_of(m.content)
-        if m.context is not None:
-            wire["context"] = m.context
-        out.append(wire)
-    return out
-
-
-class Protocol20240128:
+class Protocol20240128(SamplesFromPackage):
     name = NAME
+    summary = ("the OpenAI-like `choices` format with `context` and `session_state`, "
+               "JSON-lines streams")
+    capabilities = Capabilities(session_state="json", citations=True, followups=True,
+                                thoughts=True, usage_whole=True, usage_stream=True)
     framing: Framing = "jsonlines"
+    named_events = False
     stream_content_type = "application/json-lines"
     stream_path: str | None = None
     stream_by_accept = False
+    default_path = "/legacy/chat"
+    route_options = None
+    models_path: str | None = None
+    models_header: str | None = None
+
+    def render_models(self, names: Sequence[str]) -> JSON:
+        raise NotImplementedError(f"{self.name} clients list no models")
 
     def parse_request(self, body: JSON) -> ChatRequest:
         obj = expect_object(body, "")
@@ -105,10 +96,11 @@ class Protocol20240128:
             extras_dialect=NAME,
         )
 
-    def render_request(self, req: ChatRequest, *, stream: bool, model: str | None) -> JSON:
+    def render_request(self, req: ChatRequest, *, stream: bool, model: str | None,
+                       max_tokens: int | None = None) -> JSON:
         same = req.extras_dialect == NAME
         out: dict[str, Any] = dict(req.extras) if same else {}
-        out["messages"] = render_messages(req, same)
+        out["messages"] = render_text_messages(req, same)
         out["stream"] = stream
         context = req.context if same else request_context(req)
         if context is not None:
@@ -129,6 +121,10 @@ class Protocol20240128:
             raise DialectError("must be a string", "choices[0].message.content")
         reason = choice.get("finish_reason")
         created = obj.get("created")
+        extras = split_known(obj, _RESPONSE_KEYS)
+        extras["_choice"] = split_known(choice, _CHOICE_KEYS)
+        if isinstance(obj.get("usage"), dict):
+            extras["_usage"] = obj["usage"]
         return ChatResponse(
             messages=[AssistantMessage(
                 content=content or "",
@@ -137,12 +133,11 @@ class Protocol20240128:
             context=choice.get("context"),
             session_state=choice.get("session_state", obj.get("session_state")),
             finish_reason=reason if isinstance(reason, str) else None,
-            usage=obj["usage"] if isinstance(obj.get("usage"), dict) else None,
+            usage=usage_from_openai_shape(obj.get("usage")),
             id=obj["id"] if isinstance(obj.get("id"), str) else None,
             created=created if isinstance(created, int) else None,
             model=obj["model"] if isinstance(obj.get("model"), str) else None,
-            extras={**split_known(obj, _RESPONSE_KEYS),
-                    "_choice": split_known(choice, _CHOICE_KEYS)},
+            extras=extras,
             extras_dialect=NAME,
         )
 
@@ -150,6 +145,7 @@ class Protocol20240128:
         same = resp.extras_dialect == NAME
         extras = dict(resp.extras) if same else {}
         choice: dict[str, Any] = dict(extras.pop("_choice", None) or {"index": 0})
+        raw_usage = extras.pop("_usage", None)
         message: dict[str, Any] = {}
         if same and resp.messages:
             message.update(resp.messages[0].extras)
@@ -170,8 +166,10 @@ class Protocol20240128:
         }
         if resp.model or req.model:
             out["model"] = resp.model or req.model
-        if resp.usage is not None:
-            out["usage"] = resp.usage
+        if raw_usage is not None:
+            out["usage"] = raw_usage
+        elif resp.usage is not None:
+            out["usage"] = usage_to_openai_shape(resp.usage)
         return out
 
     def parse_error(self, body: JSON) -> ChatError | None:
@@ -196,7 +194,7 @@ class _Decoder:
         self._started = False
         self._failed = False
         self._reason: str | None = None
-        self._usage: dict[str, JSON] | None = None
+        self._usage: Usage | None = None
 
     def decode(self, payload: Any) -> list[StreamEvent]:
         if self._failed:
@@ -208,7 +206,7 @@ class _Decoder:
             return [StreamError(error_text(payload["error"]))]
         usage = payload.get("usage")
         if isinstance(usage, dict):
-            self._usage = usage
+            self._usage = usage_from_openai_shape(usage)
         choices = payload.get("choices")
         choice = choices[0] if isinstance(choices, list) and choices else None
         if not isinstance(choice, dict):
@@ -260,7 +258,7 @@ class _Encoder:
         self._model = model
         self._tail = b""
 
-    def _start(self, start: StreamStart | None = None) -> list[bytes]:
+    def _start(self, start: StreamStart | None = None) -> list[Payload]:
         if not self._first:
             return []
         self._first = False
@@ -281,13 +279,13 @@ class _Encoder:
         choice["index"] = 0
         return [self._wrap(choice)]
 
-    def _wrap(self, choice: dict[str, Any], usage: JSON = None) -> bytes:
+    def _wrap(self, choice: dict[str, Any], usage: Usage | None = None) -> bytes:
         head = b'{"choices":' + orjson.dumps([choice])
         if usage is not None:
-            head += b',"usage":' + orjson.dumps(usage)
+            head += b',"usage":' + orjson.dumps(usage_to_openai_shape(usage))
         return head + self._tail
 
-    def encode(self, event: StreamEvent) -> list[bytes]:
+    def encode(self, event: StreamEvent) -> list[Payload]:
         if self._closed:
             return []
         match event:
@@ -323,3 +321,7 @@ class _Encoder:
             case StreamError():
                 self._closed = True
                 return [orjson.dumps({"error": event.message})]
+            case ReasoningDelta() | ToolCallStart() | ToolCallDelta() | ToolCallEnd():
+                return []  # not carried (declared): the pipeline reported them before this
+            case _:
+                assert_never(event)

@@ -9,7 +9,8 @@ spelling it used (both, when it used none). An error is ``{"error": "text"}``, w
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, assert_never
 
 import orjson
 
@@ -20,17 +21,30 @@ from gateway.canonical import (
     ChatRequest,
     ChatResponse,
     ContextUpdate,
+    ReasoningDelta,
     StreamError,
     StreamEvent,
     StreamFinish,
     StreamStart,
     TextDelta,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
     agent_header,
 )
-from gateway.dialects.base import error_text, expect_object, parse_messages, split_known
-from gateway.dialects.protocol_2024_01_28 import render_messages, request_context, sampling_of
+from gateway.dialects.base import (
+    Capabilities,
+    SamplesFromPackage,
+    error_text,
+    expect_object,
+    parse_messages,
+    render_text_messages,
+    request_context,
+    sampling_of,
+    split_known,
+)
 from gateway.errors import DialectError
-from gateway.framing import Framing
+from gateway.framing import Framing, Payload
 
 __all__ = ["Protocol20240529"]
 
@@ -55,12 +69,24 @@ def _session_keys(req: ChatRequest) -> tuple[str, ...]:
     return (key,) if isinstance(key, str) else (CAMEL, SNAKE)
 
 
-class Protocol20240529:
+class Protocol20240529(SamplesFromPackage):
     name = NAME
+    summary = ("`message`/`delta`, paths `chat` and `chat/stream`, `sessionState` or "
+               "`session_state`")
+    capabilities = Capabilities(session_state="json", citations=True, followups=True,
+                                thoughts=True)
     framing: Framing = "jsonlines"
+    named_events = False
     stream_content_type = "application/json-lines"
     stream_path: str | None = "/stream"
     stream_by_accept = False
+    default_path = "/chat"
+    route_options = None
+    models_path: str | None = None
+    models_header: str | None = None
+
+    def render_models(self, names: Sequence[str]) -> JSON:
+        raise NotImplementedError(f"{self.name} clients list no models")
 
     def parse_request(self, body: JSON) -> ChatRequest:
         obj = expect_object(body, "")
@@ -81,10 +107,11 @@ class Protocol20240529:
             hints={"session_key": key} if key else {},
         )
 
-    def render_request(self, req: ChatRequest, *, stream: bool, model: str | None) -> JSON:
+    def render_request(self, req: ChatRequest, *, stream: bool, model: str | None,
+                       max_tokens: int | None = None) -> JSON:
         same = req.extras_dialect == NAME
         out: dict[str, Any] = dict(req.extras) if same else {}
-        out["messages"] = render_messages(req, same)
+        out["messages"] = render_text_messages(req, same)
         context = req.context if same else request_context(req)
         if context is not None:
             out["context"] = context
@@ -122,6 +149,10 @@ class Protocol20240529:
         if resp.context is not None:
             out["context"] = resp.context
         if resp.session_state is not None:
+            # an upstream's null under its own spelling must not sit beside the state (an echo of
+            # the client's own) written in the client's spelling
+            out.pop(CAMEL, None)
+            out.pop(SNAKE, None)
             for key in _session_keys(req):
                 out[key] = resp.session_state
         return out
@@ -199,14 +230,16 @@ class _Encoder:
                 obj[key] = state
         return orjson.dumps(obj)
 
-    def _start(self, start: StreamStart | None = None) -> list[bytes]:
+    def _start(self, start: StreamStart | None = None) -> list[Payload]:
         if not self._first:
             return []
         self._first = False
         context = start.context if start and start.context is not None else _EMPTY_CONTEXT
+        if isinstance(context, dict) and not isinstance(context.get("data_points"), dict):
+            context = {**context, "data_points": _EMPTY_CONTEXT["data_points"]}
         return [self._line({"role": "assistant"}, context, start.session_state if start else None)]
 
-    def encode(self, event: StreamEvent) -> list[bytes]:
+    def encode(self, event: StreamEvent) -> list[Payload]:
         if self._closed:
             return []
         match event:
@@ -232,3 +265,7 @@ class _Encoder:
             case StreamError():
                 self._closed = True
                 return [orjson.dumps({"error": event.message})]
+            case ReasoningDelta() | ToolCallStart() | ToolCallDelta() | ToolCallEnd():
+                return []  # not carried (declared): the pipeline reported them before this
+            case _:
+                assert_never(event)

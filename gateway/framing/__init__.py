@@ -7,8 +7,9 @@ Content-Type at all.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NamedTuple, Protocol, TypeAlias
 
 import orjson
 
@@ -18,6 +19,8 @@ from gateway.framing.sse import SSEEvent, SSEReader, encode_event
 
 __all__ = [
     "Framing",
+    "Named",
+    "Payload",
     "PayloadReader",
     "RawData",
     "SSEEvent",
@@ -36,25 +39,54 @@ class RawData:
     text: str
 
 
+class Named(NamedTuple):
+    """An SSE event that carries its ``event:`` name. Written: ``data`` is the compact JSON
+    bytes. Read (only from a reader asked for names): ``data`` is the parsed payload."""
+
+    event: str
+    data: Any
+
+
+Payload: TypeAlias = bytes | Named
+"""What an encoder hands to the framing: JSON bytes, or a named SSE event."""
+
+
 class PayloadReader(Protocol):
+    whole: bool
+    """The last read was exactly whole frames, nothing pending before or after it: its bytes
+    may be passed on unchanged to a reader of the same framing."""
+
     def feed(self, data: bytes) -> list[Any]: ...
     def finish(self) -> list[Any]: ...
 
 
 class _SSEPayloadReader:
-    __slots__ = ("_sse",)
+    __slots__ = ("_named", "_sse", "whole")
 
-    def __init__(self, max_size: int) -> None:
+    def __init__(self, max_size: int, named: bool) -> None:
         self._sse = SSEReader(max_size)
+        self._named = named
+        self.whole = False
 
     def feed(self, data: bytes) -> list[Any]:
         plain = self._sse.plain_data(data)
         if plain is not None:
+            self.whole = True
             return [_payload_of_bytes(d) for d in plain]
-        return [_payload(e.data) for e in self._sse.feed(data)]
+        before = self._sse.between_events and not data.startswith(b"\xef\xbb\xbf")
+        payloads = self._payloads(self._sse.feed(data))
+        # whole events (named ones, comments, ids) with LF line ends: passed on as they are
+        self.whole = before and self._sse.between_events and b"\r" not in data
+        return payloads
 
     def finish(self) -> list[Any]:
-        return [_payload(e.data) for e in self._sse.finish()]
+        return self._payloads(self._sse.finish())
+
+    def _payloads(self, events: list[SSEEvent]) -> list[Any]:
+        if not self._named:
+            return [_payload(e.data) for e in events]
+        return [_payload(e.data) if e.event == "message" else Named(e.event, _payload(e.data))
+                for e in events]
 
 
 def _payload(data: str) -> Any:
@@ -81,24 +113,36 @@ def detect_framing(head: bytes) -> Framing | None:
     return "jsonlines" if stripped[:1] in (b"{", b"[") else "sse"
 
 
-def reader_for(framing: Framing, max_size: int = DEFAULT_MAX_LINE) -> PayloadReader:
+def reader_for(framing: Framing, max_size: int = DEFAULT_MAX_LINE, *,
+               named: bool = False) -> PayloadReader:
+    """``named``: SSE events with an ``event:`` name other than ``message`` are returned as
+    :class:`Named` (for dialects whose events are named)."""
     if framing == "jsonlines":
         return JsonLinesReader(max_size)
-    return _SSEPayloadReader(max_size)
+    return _SSEPayloadReader(max_size, named)
 
 
 class SniffingReader:
     """Buffers until the first non-blank byte tells the framing, then delegates."""
 
-    __slots__ = ("_head", "_max", "_reader", "framing")
+    __slots__ = ("_head", "_max", "_named", "_reader", "framing", "whole")
 
-    def __init__(self, max_size: int = DEFAULT_MAX_LINE) -> None:
+    def __init__(self, max_size: int = DEFAULT_MAX_LINE, *, named: bool = False) -> None:
         self._head = b""
         self._max = max_size
+        self._named = named
         self._reader: PayloadReader | None = None
         self.framing: Framing | None = None
+        self.whole = False
+        """As :attr:`PayloadReader.whole` (never for a read that completed the sniffing)."""
 
     def feed(self, data: bytes) -> list[Any]:
+        if self._reader is not None:
+            out = self._reader.feed(data)
+            self.whole = self._reader.whole
+            return out
+        fresh = not self._head and not data.startswith(b"\xef\xbb\xbf")
+        self.whole = False
         if self._reader is None:
             self._head += data
             framing = detect_framing(self._head)
@@ -107,16 +151,18 @@ class SniffingReader:
                     raise FramingError(f"more than {self._max} blank bytes before any payload")
                 return []
             self.framing = framing
-            self._reader = reader_for(framing, self._max)
+            self._reader = reader_for(framing, self._max, named=self._named)
             data, self._head = self._head, b""
             if framing == "jsonlines":  # JSON has no BOM; the SSE reader drops its own
                 data = data.removeprefix(b"\xef\xbb\xbf")
-        return self._reader.feed(data)
+        out = self._reader.feed(data)
+        self.whole = fresh and self._reader.whole  # this read alone began the stream
+        return out
 
     def finish(self) -> list[Any]:
         return [] if self._reader is None else self._reader.finish()
 
 
-def encoder_for(framing: Framing) -> Any:
-    """The function that frames one JSON payload: ``bytes -> bytes``."""
+def encoder_for(framing: Framing) -> Callable[[Payload], bytes]:
+    """The function that frames one payload: ``Payload -> bytes``."""
     return encode_line if framing == "jsonlines" else encode_event

@@ -21,9 +21,12 @@ DEFAULT_MAX_LINE = 8 * 1024 * 1024
 _WS = b" \t\r\n"
 
 
-def encode_line(payload: bytes) -> bytes:
-    """Frame one compact JSON payload (which never holds a raw newline) as a line."""
-    return payload + b"\n"
+def encode_line(payload: bytes | tuple[str, bytes]) -> bytes:
+    """Frame one compact JSON payload (which never holds a raw newline) as a line (an SSE event
+    name, if any, has no place in JSON lines)."""
+    if isinstance(payload, bytes):
+        return payload + b"\n"
+    return payload[1] + b"\n"
 
 
 class _Scanner:
@@ -76,14 +79,18 @@ class _Scanner:
 class JsonLinesReader:
     """``feed(bytes) -> values``, ``finish() -> values``; raises :class:`FramingError`."""
 
-    __slots__ = ("_buf", "_max_line", "_scanner")
+    __slots__ = ("_buf", "_max_line", "_scanner", "whole")
 
     def __init__(self, max_line: int = DEFAULT_MAX_LINE) -> None:
         self._buf = b""
         self._max_line = max_line
         self._scanner: _Scanner | None = None
+        self.whole = False
+        """The last :meth:`feed`'s bytes were exactly whole lines, each one compact JSON value
+        (or blank), so they may be passed on as they are."""
 
     def feed(self, data: bytes) -> list[Any]:
+        self.whole = not self._buf and data.endswith(b"\n") and self._scanner is None
         buf = self._buf + data if self._buf else data
         out: list[Any] = []
         start = 0
@@ -121,6 +128,7 @@ class JsonLinesReader:
                 if not line.strip(_WS):
                     return
             self._scanner = _Scanner()
+        self.whole = False
         scanner = self._scanner
         for piece in scanner.feed(line + b"\n"):
             try:

@@ -30,9 +30,13 @@ class SSEEvent:
     retry: int | None = None
 
 
-def encode_event(payload: bytes) -> bytes:
-    """Frame one compact JSON payload (no raw newline in it) as an event; flushed on its own."""
-    return b"data: " + payload + b"\n\n"
+def encode_event(payload: bytes | tuple[str, bytes]) -> bytes:
+    """Frame one compact JSON payload (no raw newline in it) as an event; flushed on its own. A
+    ``(name, payload)`` pair (:class:`gateway.framing.Named`) gets an ``event:`` line first."""
+    if isinstance(payload, bytes):
+        return b"data: " + payload + b"\n\n"
+    name, data = payload
+    return b"event: " + name.encode() + b"\ndata: " + data + b"\n\n"
 
 
 def encode_comment(text: bytes = b"") -> bytes:
@@ -82,6 +86,11 @@ class SSEReader:
         if len(self._buf) > self._max:
             raise FramingError(f"an event is longer than {self._max} bytes")
         return out
+
+    @property
+    def between_events(self) -> bool:
+        """Nothing of an unfinished line or event is held."""
+        return not (self._buf or self._data or self._cr or self._event)
 
     def plain_data(self, data: bytes) -> list[bytes] | None:
         """The data of each event in ``data`` when it holds only whole, plain events (a

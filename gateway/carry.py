@@ -1,0 +1,257 @@
+"""What one side carries that the other side's dialect cannot: found, then rejected or dropped.
+
+Two kinds of field, by what a user loses:
+
+- **Governed** (``tools``, ``tool_choice``, ``tool_calls``, ``tool_results``, ``images``,
+  ``content_parts``, ``reasoning``): the route's ``on_unsupported`` policy decides. ``reject``
+  answers the client (400 for its request, 502 for an upstream answer or event) naming the field
+  and the dialect that cannot carry it; ``drop`` takes the field out and reports it.
+- **Reported** (``session_state``, ``citations``, ``followups``, ``thoughts``, ``usage``): RAG
+  context and accounting that dialects have always translated as far as the other side can hold
+  them; what it cannot hold is reported, whatever the policy.
+
+Reported means: the field's name is in the exchange's outcome, counted once per request in
+``gateway_dropped_fields_total{route,field}`` and listed in the access log. Nothing is lost
+without that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Literal
+
+from gateway.canonical import (
+    JSON,
+    AssistantMessage,
+    ChatRequest,
+    ChatResponse,
+    ContextUpdate,
+    ImagePart,
+    Message,
+    OtherPart,
+    Reasoning,
+    ReasoningDelta,
+    StreamError,
+    StreamEvent,
+    StreamFinish,
+    StreamStart,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+    citations_of,
+    followups_of,
+)
+from gateway.dialects import Dialect
+from gateway.dialects.base import Capabilities, SessionKind
+
+__all__ = ["GOVERNED", "REPORTED", "EventGate", "Policy", "Unsupported", "carries_state",
+           "context_losses", "request_losses", "response_losses", "strip_request",
+           "strip_response", "takes_back"]
+
+Policy = Literal["reject", "drop"]
+GOVERNED = ("tools", "tool_choice", "tool_calls", "tool_results", "images", "content_parts",
+            "reasoning")
+REPORTED = ("session_state", "citations", "followups", "thoughts", "usage")
+
+
+class Unsupported(Exception):
+    """Something a dialect cannot carry, under the ``reject`` policy."""
+
+    def __init__(self, fields: list[str], dialect: str, *, answer: bool) -> None:
+        what = ", ".join(fields)
+        side = "the upstream's answer carries" if answer else "the request carries"
+        super().__init__(f"{side} {what}, which the {dialect} dialect cannot carry "
+                         "(route option on_unsupported: reject)")
+        self.fields = fields
+        self.dialect = dialect
+
+
+def carries_state(kind: SessionKind, state: JSON) -> bool:
+    return kind == "json" or (kind == "string" and isinstance(state, str))
+
+
+# --- requests ------------------------------------------------------------------------------------
+
+
+def request_losses(req: ChatRequest, target: Dialect) -> list[str]:
+    """The fields of ``req`` that ``target`` cannot carry (governed first, then reported)."""
+    caps = target.capabilities
+    lost: list[str] = []
+    if not caps.tools:
+        if req.tools:
+            lost.append("tools")
+        if req.tool_choice is not None:
+            lost.append("tool_choice")
+        if any(m.tool_calls for m in req.messages):
+            lost.append("tool_calls")
+        if any(m.tool_call_id is not None for m in req.messages):
+            lost.append("tool_results")
+    elif any(t.kind != "function" and t.dialect != target.name for t in req.tools):
+        lost.append("tools")  # a provider's built-in tool, which only its own dialect knows
+    parts = [p for m in req.messages if not isinstance(m.content, str) for p in m.content]
+    if not caps.images and any(isinstance(p, ImagePart) for p in parts):
+        lost.append("images")
+    if any(isinstance(p, OtherPart) and p.dialect != target.name for p in parts):
+        lost.append("content_parts")
+    replayed = [r for m in req.messages for r in m.reasoning if r.text or r.redacted]
+    if not caps.reasoning:
+        if req.reasoning is not None or replayed:
+            lost.append("reasoning")
+    elif not all(takes_back(r, target) for r in replayed):
+        lost.append("reasoning")
+    if req.session_state is not None and not carries_state(caps.session_state,
+                                                           req.session_state):
+        lost.append("session_state")
+    return lost
+
+
+def takes_back(r: Reasoning, target: Dialect) -> bool:
+    """Whether ``target`` (which carries reasoning) can be sent ``r`` in a replayed assistant
+    turn: its own, or another dialect's text when it takes any (:attr:`Capabilities.
+    reasoning_replay`)."""
+    if r.dialect == target.name:
+        return True
+    return target.capabilities.reasoning_replay == "any" and bool(r.text)
+
+
+def strip_request(req: ChatRequest, fields: list[str], target: Dialect) -> ChatRequest:
+    """A copy of ``req`` without ``fields`` (the ``drop`` policy), for ``target``. Messages left
+    with nothing to say (a tool result, an assistant turn that only called tools) are left
+    out."""
+    drop = set(fields)
+    messages: list[Message] = []
+    for m in req.messages:
+        if "tool_results" in drop and m.tool_call_id is not None:
+            continue
+        content = m.content
+        if not isinstance(content, str):
+            content = [p for p in content
+                       if not ("images" in drop and isinstance(p, ImagePart))
+                       and not ("content_parts" in drop and isinstance(p, OtherPart))]
+        calls = [] if "tool_calls" in drop else m.tool_calls
+        reasoning = m.reasoning
+        if "reasoning" in drop:  # all of it, or what the target cannot be sent back
+            reasoning = [r for r in reasoning if takes_back(r, target)] \
+                if target.capabilities.reasoning else []
+        if m.tool_calls and not calls and not (content if isinstance(content, list)
+                                               else content.strip()):
+            continue
+        messages.append(replace(m, content=content, tool_calls=calls, reasoning=reasoning))
+    tools = req.tools
+    if "tools" in drop:  # all of them, or the built-in ones of another provider
+        tools = [t for t in tools if t.kind == "function" or t.dialect == target.name] \
+            if target.capabilities.tools else []
+    return replace(
+        req, messages=messages, tools=tools,
+        tool_choice=None if "tool_choice" in drop else req.tool_choice,
+        reasoning=None if "reasoning" in drop and not target.capabilities.reasoning
+        else req.reasoning)
+
+
+# --- whole answers -------------------------------------------------------------------------------
+
+
+def context_losses(context: JSON, caps: Capabilities) -> list[str]:
+    """The RAG context fields of a response context that ``caps`` cannot carry."""
+    if context is None:
+        return []
+    lost: list[str] = []
+    if not caps.citations and citations_of(context):
+        lost.append("citations")
+    if not caps.followups and followups_of(context):
+        lost.append("followups")
+    if not caps.thoughts and isinstance(context, dict) and context.get("thoughts"):
+        lost.append("thoughts")
+    return lost
+
+
+def response_losses(resp: ChatResponse, client: Dialect) -> list[str]:
+    caps = client.capabilities
+    lost: list[str] = []
+    if not caps.tools and resp.tool_calls:
+        lost.append("tool_calls")
+    if not caps.reasoning and any(r.text or r.redacted for r in resp.reasoning):
+        lost.append("reasoning")
+    lost.extend(context_losses(resp.context, caps))
+    if resp.session_state is not None and not carries_state(caps.session_state,
+                                                            resp.session_state):
+        lost.append("session_state")
+    if resp.usage is not None and not caps.usage_whole:
+        lost.append("usage")
+    return lost
+
+
+def strip_response(resp: ChatResponse, fields: list[str]) -> ChatResponse:
+    if "tool_calls" not in fields and "reasoning" not in fields:
+        return resp
+    messages = [AssistantMessage(
+        m.content, m.role, m.agent, m.content_type, m.id,
+        tool_calls=[] if "tool_calls" in fields else m.tool_calls,
+        reasoning=[] if "reasoning" in fields else m.reasoning, extras=m.extras)
+        for m in resp.messages]
+    return replace(resp, messages=messages)
+
+
+# --- streams -------------------------------------------------------------------------------------
+
+
+class EventGate:
+    """Stream events an upstream sends that the client's dialect cannot carry: dropped and
+    reported, or (``reject``, for governed fields) turned into the stream's error.
+
+    :meth:`needed` says whether a pair needs a gate at all, so that a client that carries all its
+    upstream does pays nothing per chunk.
+    """
+
+    __slots__ = ("_caps", "_dialect", "_policy", "dropped")
+
+    def __init__(self, client: Dialect, policy: Policy) -> None:
+        self._caps = client.capabilities
+        self._dialect = client.name
+        self._policy = policy
+        self.dropped: list[str] = []
+
+    @staticmethod
+    def needed(upstream: Dialect, client: Dialect) -> bool:
+        up, cl = upstream.capabilities, client.capabilities
+        return any(getattr(up, f) and not getattr(cl, f) for f in (
+            "tools", "reasoning", "citations", "followups", "thoughts", "usage_stream")) or \
+            up.session_state != cl.session_state
+
+    def filter(self, events: list[StreamEvent]) -> list[StreamEvent]:
+        out: list[StreamEvent] = []
+        for e in events:
+            match e:
+                case ToolCallStart() | ToolCallDelta() | ToolCallEnd() if not self._caps.tools:
+                    if not self._lose("tool_calls", out):
+                        return out
+                case ReasoningDelta() if not self._caps.reasoning:
+                    if (e.text or e.redacted) and not self._lose("reasoning", out):
+                        return out
+                case StreamStart() | ContextUpdate():
+                    for f in context_losses(e.context, self._caps):
+                        self._report(f)
+                    if e.session_state is not None and not carries_state(
+                            self._caps.session_state, e.session_state):
+                        self._report("session_state")
+                    out.append(e)
+                case StreamFinish() if e.usage is not None and not self._caps.usage_stream:
+                    self._report("usage")
+                    out.append(e)
+                case _:
+                    out.append(e)
+        return out
+
+    def _lose(self, field: str, out: list[StreamEvent]) -> bool:
+        """Drop (and report) a governed event; ``False`` when the policy rejects it, after
+        putting the stream's error in ``out``."""
+        if self._policy == "reject":
+            out.append(StreamError(str(Unsupported([field], self._dialect, answer=True)),
+                                   code="UNSUPPORTED", status=502))
+            return False
+        self._report(field)
+        return True
+
+    def _report(self, field: str) -> None:
+        if field not in self.dropped:
+            self.dropped.append(field)

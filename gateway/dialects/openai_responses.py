@@ -1,0 +1,1583 @@
+"""``openai-responses``: the OpenAI Responses API, ``POST /v1/responses`` (see
+specs/openai-responses.md), both sides.
+
+Requests: ``input`` is a string (one user message) or a list of items: messages with
+``input_text`` / ``input_image`` / ``input_file`` parts, replayed assistant ``output_text``
+messages, ``function_call`` and ``function_call_output``, ``reasoning``. One canonical assistant
+message is one assistant turn: its reasoning items, then its output message, then its function
+calls, which is also the order they render back in. ``instructions`` is the leading system
+message. Function tools are flat (``{"type": "function", "name", …}``); built-in tools are kept
+verbatim for Responses upstreams only.
+
+State the gateway does not keep is refused with a 400 naming the field: ``previous_response_id``,
+``conversation``, ``background`` and ``item_reference`` items. ``store`` (the API's default is
+``true``) is accepted: it goes on unchanged to a Responses upstream; on a translating route nothing
+is stored, so the answer says ``"store": false``; and a request rendered for a Responses upstream
+from another dialect sends ``store: false``, what its client's API does by default.
+
+Answers: the ``output`` items are folded into one assistant message (all ``output_text`` and
+``refusal`` text, the reasoning items, the function calls); the items as they came are kept and
+given back to a Responses client as long as the folded message is unchanged. ``status`` /
+``incomplete_details`` map to the canonical finish reason by table. ``url_citation`` and
+``file_citation`` annotations are the answer's citations, and citations go back as annotations
+spanning the whole text (the other dialects know no positions).
+
+Streams: named SSE events, each with ``sequence_number`` 0, 1, 2, …; see :class:`_Encoder` for the
+order both SDKs' accumulators hold a stream to, and :class:`_Decoder` for what it reads.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, assert_never
+
+import orjson
+
+from gateway.canonical import (
+    JSON,
+    AssistantMessage,
+    ChatError,
+    ChatRequest,
+    ChatResponse,
+    Citation,
+    ContextUpdate,
+    ImagePart,
+    Message,
+    OtherPart,
+    Part,
+    Reasoning,
+    ReasoningDelta,
+    ReasoningRequest,
+    StreamError,
+    StreamEvent,
+    StreamFinish,
+    StreamStart,
+    TextDelta,
+    TextPart,
+    ToolCall,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+    ToolChoice,
+    ToolDef,
+    Usage,
+    agent_header,
+    citations_of,
+    context_with_citations,
+    now,
+)
+from gateway.dialects.base import (
+    Capabilities,
+    SamplesFromPackage,
+    error_text,
+    expect_object,
+    kind_of,
+    split_known,
+)
+from gateway.errors import DialectError
+from gateway.framing import Framing, Named, Payload, RawData
+
+__all__ = ["OpenAIResponsesDialect"]
+
+NAME = "openai-responses"
+
+_STATEFUL = {
+    "previous_response_id": "refers to a stored response",
+    "conversation": "refers to a stored conversation",
+}
+_REQUEST_KEYS = frozenset({
+    "model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls",
+    "reasoning", "max_output_tokens", "temperature", "top_p", "user"})
+_RESPONSE_KEYS = frozenset({"id", "created_at", "model", "output", "usage", "status",
+                            "incomplete_details"})
+_TOOL_KEYS = frozenset({"type", "name", "description", "parameters", "strict"})
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+}
+# status / incomplete_details.reason <-> the canonical finish reason (docs/translation.md)
+_FINISH_BY_STATUS = {"completed": "stop", "failed": "error", "cancelled": "error"}
+_FINISH_BY_INCOMPLETE = {"max_output_tokens": "length", "content_filter": "content_filter"}
+_INCOMPLETE_BY_FINISH = {v: k for k, v in _FINISH_BY_INCOMPLETE.items()}
+# ResponseError.code's documented values; a gateway code (UNSUPPORTED, …) is a server_error there
+_RESPONSE_ERROR_CODES = frozenset({
+    "server_error", "rate_limit_exceeded", "invalid_prompt", "vector_store_timeout",
+    "invalid_image", "invalid_image_format", "invalid_base64_image", "invalid_image_url",
+    "image_too_large", "image_too_small", "image_parse_error", "image_content_policy_violation",
+    "invalid_image_mode", "image_file_too_large", "unsupported_image_media_type",
+    "empty_image_file", "failed_to_download_image", "image_file_not_found"})
+# a thinking budget as an effort (the same table as the openai dialect's, docs/translation.md)
+_EFFORT_BY_BUDGET = ((2048, "low"), (8192, "medium"))
+_SEPARATOR = "\n\n"
+"""Between a reasoning item's summary parts once they are one canonical reasoning text."""
+
+
+def _new_id(prefix: str) -> str:
+    return prefix + os.urandom(16).hex()
+
+
+def _response_id(given: str | None) -> str:
+    """A Responses id: the upstream's when it is one, else a new one (another API's id, such as
+    ``chatcmpl-…``, would look like a response the client could refer to)."""
+    return given if given and given.startswith("resp_") else _new_id("resp_")
+
+
+def _error_type(status: int) -> str:
+    return _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+
+
+def _str(v: JSON) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def _int(v: JSON) -> int | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return None
+
+
+def _public(extras: dict[str, JSON]) -> dict[str, JSON]:
+    """A same-dialect object's kept keys, without the private ones this module adds."""
+    return {k: v for k, v in extras.items() if not k.startswith("_")}
+
+
+class OpenAIResponsesDialect(SamplesFromPackage):
+    name = NAME
+    summary = "the OpenAI Responses API: input/output items, typed SSE events"
+    capabilities = Capabilities(citations=True, usage_whole=True, usage_stream=True, tools=True,
+                                images=True, reasoning=True)
+    framing: Framing = "sse"
+    named_events = True
+    stream_content_type = "text/event-stream"
+    stream_path: str | None = None
+    stream_by_accept = False
+    default_path = "/v1/responses"
+    route_options = None
+    models_path: str | None = "/v1/models"  # the same OpenAI SDK lists where it posts
+    models_header: str | None = None
+
+    def render_models(self, names: Sequence[str]) -> JSON:
+        # https://platform.openai.com/docs/api-reference/models/list (one API for both)
+        return {"object": "list", "data": [
+            {"id": n, "object": "model", "created": 0, "owned_by": "chat-gateway"}
+            for n in names]}
+
+    # --- requests ------------------------------------------------------------------------------
+
+    def parse_request(self, body: JSON) -> ChatRequest:
+        obj = expect_object(body, "")
+        for key, why in _STATEFUL.items():
+            if obj.get(key) is not None:
+                raise DialectError(f"{why}, which this gateway does not keep; send the whole "
+                                   "conversation in input instead", key)
+        if obj.get("background") is True:
+            raise DialectError("background responses are stored to be polled, which this "
+                               "gateway does not do", "background")
+        model = obj.get("model")
+        if model is not None and not isinstance(model, str):
+            raise DialectError("must be a string", "model")
+        stream = obj.get("stream", False)
+        if stream is not None and not isinstance(stream, bool):
+            raise DialectError("must be a boolean", "stream")
+        store = obj.get("store")
+        if store is not None and not isinstance(store, bool):
+            raise DialectError("must be a boolean", "store")
+        hints: dict[str, JSON] = {}
+        messages: list[Message] = []
+        instructions = obj.get("instructions")
+        if isinstance(instructions, str):
+            messages.append(Message("system", instructions, extras={"_instructions": True}))
+        elif instructions is not None:
+            raise DialectError("must be a string", "instructions")
+        raw_input = obj.get("input")
+        if isinstance(raw_input, str):
+            hints["input"] = "string"
+            messages.append(Message("user", raw_input))
+        elif isinstance(raw_input, list):
+            messages.extend(_parse_items(raw_input))
+        elif raw_input is not None:
+            raise DialectError(f"must be a string or a list of items, not {kind_of(raw_input)}",
+                               "input")
+        if not messages:
+            raise DialectError("is required", "input")
+        choice, raw_choice = _parse_tool_choice(obj.get("tool_choice"),
+                                                obj.get("parallel_tool_calls"))
+        if raw_choice is not None:
+            hints["tool_choice"] = raw_choice
+        elif "tool_choice" not in obj:
+            hints["tool_choice"] = None  # parallel_tool_calls alone: no tool_choice to render
+        reasoning, reasoning_rest = _parse_reasoning(obj.get("reasoning"))
+        if reasoning_rest:
+            hints["reasoning"] = reasoning_rest
+        return ChatRequest(
+            messages=messages,
+            stream=bool(stream),
+            model=model,
+            sampling=_parse_sampling(obj),
+            tools=_parse_tools(obj.get("tools")),
+            tool_choice=choice,
+            reasoning=reasoning,
+            # "stream" and "store" stay in extras: a Responses upstream gets them as they came
+            extras=split_known(obj, _REQUEST_KEYS),
+            extras_dialect=NAME,
+            hints=hints,
+        )
+
+    def render_request(self, req: ChatRequest, *, stream: bool, model: str | None,
+                       max_tokens: int | None = None) -> JSON:
+        same = req.extras_dialect == NAME
+        out: dict[str, Any] = dict(req.extras) if same else {}
+        out["model"] = req.model or model or "default"
+        messages = req.messages
+        if messages and _is_instructions(messages[0], same):
+            out["instructions"] = _plain_text(messages[0].content)
+            messages = messages[1:]
+        only = messages[0] if len(messages) == 1 else None
+        if (same and req.hints.get("input") == "string" and only is not None
+                and only.role == "user" and isinstance(only.content, str) and not only.extras):
+            out["input"] = only.content
+        else:
+            out["input"] = _render_items(messages, same)
+        for key in ("temperature", "top_p", "user"):
+            if key in req.sampling:
+                out[key] = req.sampling[key]
+        cap = req.sampling.get("max_tokens", max_tokens)
+        if cap is not None:
+            out["max_output_tokens"] = cap
+        reasoning = _render_reasoning(req.reasoning, req.hints.get("reasoning") if same else None)
+        if reasoning is not None:
+            out["reasoning"] = reasoning
+        if req.tools:
+            out["tools"] = [_render_tool(t, same) for t in req.tools]
+        choice = req.tool_choice
+        if choice is not None:
+            if not (same and "tool_choice" in req.hints and req.hints["tool_choice"] is None):
+                out["tool_choice"] = _render_tool_choice(
+                    choice, req.hints.get("tool_choice") if same else None)
+            if choice.parallel is not None and (same or req.tools):
+                out["parallel_tool_calls"] = choice.parallel
+        if not same:
+            # The client's API stores nothing unless asked (Chat Completions' store defaults to
+            # false); OpenAI's Responses API would keep every answer by default.
+            out["store"] = False
+        if stream:
+            out["stream"] = True
+        else:
+            out.pop("stream_options", None)  # only valid with stream: true
+            if (same and "stream" in req.extras) or req.stream:
+                out["stream"] = False
+        return out
+
+    # --- whole answers -------------------------------------------------------------------------
+
+    def parse_response(self, body: JSON) -> ChatResponse:
+        obj = expect_object(body, "")
+        output = obj.get("output")
+        if not isinstance(output, list):
+            raise DialectError(f"must be a list, not {kind_of(output)}", "output")
+        folded = _fold_output(output)
+        extras = split_known(obj, _RESPONSE_KEYS)
+        extras["_output"] = output
+        extras["_digest"] = _digest(folded.message)
+        if isinstance(obj.get("usage"), dict):
+            extras["_usage"] = obj["usage"]
+        context = context_with_citations(folded.citations)
+        if context is not None:
+            extras["_context"] = context
+        return ChatResponse(
+            messages=[folded.message],
+            context=context,
+            finish_reason=_finish_of(obj.get("status"), obj.get("incomplete_details"),
+                                     bool(folded.message.tool_calls)),
+            usage=_usage_of(obj.get("usage")),
+            id=_str(obj.get("id")),
+            created=_int(obj.get("created_at")),
+            model=_str(obj.get("model")),
+            extras=extras,
+            extras_dialect=NAME,
+        )
+
+    def render_response(self, resp: ChatResponse, req: ChatRequest) -> JSON:
+        same = resp.extras_dialect == NAME
+        extras = resp.extras if same else {}
+        calls = resp.tool_calls
+        text = resp.text
+        if (same and extras.get("_digest") == _digest_of(text, calls, resp.reasoning)
+                and extras.get("_context") == resp.context):
+            output = extras["_output"]  # the items as they came say the same
+        else:
+            output = _render_output(resp, text, calls)
+        status, details = _status_of(resp.finish_reason or ("tool_calls" if calls else "stop"))
+        out: dict[str, Any] = {
+            "id": _response_id(resp.id) if not same else resp.id or _new_id("resp_"),
+            "object": "response",
+            "created_at": resp.created or now(),
+            "status": status,
+            "error": None,
+            "incomplete_details": details,
+        }
+        out.update(_public(extras) if same else _echo(req))
+        if status == "failed":
+            out["error"] = _failure("the upstream reported an error", None)
+        out["status"] = status
+        out["incomplete_details"] = details
+        out["model"] = resp.model or req.model or "unknown"
+        out["output"] = output
+        raw_usage = extras.get("_usage")
+        if raw_usage is not None and _usage_of(raw_usage) == resp.usage:
+            out["usage"] = raw_usage
+        else:
+            out["usage"] = _usage_json(resp.usage) if resp.usage is not None else None
+        return out
+
+    # --- errors --------------------------------------------------------------------------------
+
+    def parse_error(self, body: JSON) -> ChatError | None:
+        """An error body, or a whole response whose ``status`` is ``failed`` (its ``error``)."""
+        if isinstance(body, dict) and body.get("error") is not None:
+            err = body["error"]
+            e = ChatError(500, error_text(err))
+            if isinstance(err, dict):
+                e.code = _str(err.get("code"))
+                e.type = _str(err.get("type"))
+                e.param = _str(err.get("param"))
+            return e
+        return None
+
+    def render_error(self, err: ChatError) -> JSON:
+        return {"error": {
+            "message": err.message,
+            "type": err.type or _error_type(err.status),
+            "param": err.param,
+            "code": err.code,
+        }}
+
+    # --- streams -------------------------------------------------------------------------------
+
+    def decoder(self) -> _Decoder:
+        return _Decoder()
+
+    def encoder(self, req: ChatRequest) -> _Encoder:
+        return _Encoder(req)
+
+
+# --- request parts -------------------------------------------------------------------------------
+
+
+def _parse_sampling(obj: dict[str, JSON]) -> dict[str, JSON]:
+    sampling: dict[str, JSON] = {}
+    for key in ("temperature", "top_p"):
+        value = obj.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise DialectError("must be a number", key)
+        sampling[key] = value
+    user = obj.get("user")
+    if user is not None:
+        if not isinstance(user, str):
+            raise DialectError("must be a string", "user")
+        sampling["user"] = user
+    cap = obj.get("max_output_tokens")
+    if cap is not None:
+        if isinstance(cap, bool) or not isinstance(cap, int):
+            raise DialectError("must be an integer", "max_output_tokens")
+        sampling["max_tokens"] = cap
+    return sampling
+
+
+def _parse_reasoning(raw: JSON) -> tuple[ReasoningRequest | None, dict[str, JSON]]:
+    """The canonical request, and the keys it has no field for (kept for a Responses upstream)."""
+    if raw is None:
+        return None, {}
+    obj = expect_object(raw, "reasoning")
+    effort, summary = obj.get("effort"), obj.get("summary")
+    if effort is not None and not isinstance(effort, str):
+        raise DialectError("must be a string", "reasoning.effort")
+    if summary is not None and not isinstance(summary, str):
+        raise DialectError("must be a string", "reasoning.summary")
+    rest = split_known(obj, frozenset({"effort", "summary"}))
+    return ReasoningRequest(effort=effort, summary=summary, enabled=effort != "none"), rest
+
+
+def _render_reasoning(r: ReasoningRequest | None, rest: JSON) -> dict[str, JSON] | None:
+    if r is None:
+        return None
+    out: dict[str, JSON] = dict(rest) if isinstance(rest, dict) else {}
+    if r.effort is not None:
+        out["effort"] = r.effort
+    elif not r.enabled:
+        # Turned off in a dialect with no effort of its own: asking for none would be refused by
+        # models that always reason, so the model's default it is.
+        return out or None
+    elif r.budget_tokens is not None:
+        out["effort"] = _effort_of(r.budget_tokens)
+    if r.summary is not None:
+        out["summary"] = r.summary
+    return out
+
+
+def _effort_of(budget: int) -> str:
+    for limit, effort in _EFFORT_BY_BUDGET:
+        if budget <= limit:
+            return effort
+    return "high"
+
+
+def _parse_tools(raw: JSON) -> list[ToolDef]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise DialectError(f"must be a list, not {kind_of(raw)}", "tools")
+    out: list[ToolDef] = []
+    for i, t in enumerate(raw):
+        t = expect_object(t, f"tools[{i}]")
+        kind = t.get("type")
+        if kind != "function":
+            if not isinstance(kind, str):
+                raise DialectError("must be a string", f"tools[{i}].type")
+            name = t.get("name")
+            out.append(ToolDef(name if isinstance(name, str) else "", kind=kind, raw=t,
+                               dialect=NAME))
+            continue
+        name = t.get("name")
+        if not isinstance(name, str) or not name:
+            raise DialectError("must be a non-empty string", f"tools[{i}].name")
+        desc = t.get("description")
+        if desc is not None and not isinstance(desc, str):
+            raise DialectError("must be a string", f"tools[{i}].description")
+        strict = t.get("strict")
+        if strict is not None and not isinstance(strict, bool):
+            raise DialectError("must be a boolean", f"tools[{i}].strict")
+        params = t.get("parameters")
+        if params is not None and not isinstance(params, dict):
+            raise DialectError("must be a JSON Schema object", f"tools[{i}].parameters")
+        # raw keeps the keys no field names (defer_loading, …) for a Responses upstream
+        out.append(ToolDef(name, desc, params, strict, raw=t, dialect=NAME))
+    return out
+
+
+def _render_tool(t: ToolDef, same: bool) -> JSON:
+    if t.kind != "function":
+        return t.raw
+    own = same and t.dialect == NAME and isinstance(t.raw, dict)
+    wire: dict[str, JSON] = ({k: v for k, v in t.raw.items() if k not in _TOOL_KEYS}
+                             if own else {})
+    wire["type"] = "function"
+    wire["name"] = t.name
+    if t.description is not None:
+        wire["description"] = t.description
+    if own and "parameters" in t.raw:
+        wire["parameters"] = t.parameters
+    elif not own:
+        wire["parameters"] = t.parameters if t.parameters is not None else {
+            "type": "object", "properties": {}}
+    if t.strict is not None:
+        wire["strict"] = t.strict
+    elif not own:
+        # Unsaid, the Responses API makes a schema strict (every property required), where the
+        # other APIs leave it as written: say false to keep the client's meaning.
+        wire["strict"] = False
+    return wire
+
+
+def _parse_tool_choice(raw: JSON, parallel: JSON) -> tuple[ToolChoice | None, JSON]:
+    """The canonical choice, and the wire value when the canonical one cannot say it all
+    (``allowed_tools``, a built-in tool), for a Responses upstream."""
+    par = parallel if isinstance(parallel, bool) else None
+    if parallel is not None and par is None:
+        raise DialectError("must be a boolean", "parallel_tool_calls")
+    if raw is None:
+        return (ToolChoice("auto", parallel=par) if par is not None else None), None
+    if raw in ("auto", "none", "required"):
+        return ToolChoice(raw, parallel=par), None
+    if isinstance(raw, dict):
+        kind = raw.get("type")
+        if kind == "function" and isinstance(raw.get("name"), str):
+            return ToolChoice("tool", raw["name"], par), None
+        if kind == "allowed_tools" and raw.get("mode") in ("auto", "required"):
+            return ToolChoice(raw["mode"], parallel=par), raw
+        if isinstance(kind, str):
+            return ToolChoice("auto", parallel=par), raw  # a built-in tool's own choice
+    raise DialectError('must be "auto", "none", "required" or {"type": "function", "name": …}',
+                       "tool_choice")
+
+
+def _render_tool_choice(choice: ToolChoice, raw: JSON) -> JSON:
+    if raw is not None:
+        return raw
+    if choice.mode == "tool":
+        return {"type": "function", "name": choice.name}
+    return choice.mode
+
+
+# Input items. A canonical assistant message is one turn: reasoning items, an output message,
+# function calls, in that order; an item that would break the order begins the next turn.
+_TURN_RANK = {"reasoning": 0, "message": 1, "function_call": 2}
+
+
+def _parse_items(items: list[JSON]) -> list[Message]:
+    out: list[Message] = []
+    turn: Message | None = None  # the assistant turn the next assistant items may join
+    rank = -1
+    for i, item in enumerate(items):
+        where = f"input[{i}]"
+        item = expect_object(item, where)
+        kind = item.get("type", "message")
+        if kind == "message" and item.get("role") != "assistant":
+            out.append(_parse_message(item, where))
+            turn = None
+            continue
+        if kind in _TURN_RANK:
+            if turn is None or _TURN_RANK[kind] < rank or (kind == "message" and rank == 1):
+                turn = Message("assistant", "")
+                out.append(turn)
+            rank = _TURN_RANK[kind]
+            if kind == "message":
+                parsed = _parse_message(item, where)
+                turn.content = parsed.content
+                turn.extras = {**parsed.extras, **turn.extras, "_message": True}
+            elif kind == "function_call":
+                turn.tool_calls.append(_parse_call(item, where))
+                turn.extras.setdefault("_calls", []).append(
+                    split_known(item, frozenset({"call_id", "name", "arguments"})))
+            else:
+                reasoning, rest = _parse_reasoning_item(item, where)
+                turn.reasoning.append(reasoning)
+                turn.extras.setdefault("_reasoning", []).append(rest)
+            continue
+        turn = None
+        if kind == "function_call_output":
+            out.append(_parse_call_output(item, where))
+        elif kind == "item_reference":
+            raise DialectError("refers to a stored item, which this gateway does not keep; send "
+                               "the item itself", where)
+        elif isinstance(kind, str):
+            # Another tool's call or output (web search, computer use, …): kept verbatim, for a
+            # Responses upstream only.
+            out.append(Message("assistant", [OtherPart(NAME, kind, item)],
+                               extras={"_item": True}))
+        else:
+            raise DialectError("must be a string", f"{where}.type")
+    return out
+
+
+def _parse_message(item: dict[str, JSON], where: str) -> Message:
+    role = item.get("role")
+    if not isinstance(role, str):
+        raise DialectError("must be a string", f"{where}.role")
+    content = item.get("content")
+    parsed: str | list[Part]
+    extras = split_known(item, frozenset({"role", "content"}))
+    if isinstance(content, str):
+        parsed = content
+    elif isinstance(content, list):
+        parsed, part_extras = _parse_parts(content, f"{where}.content", role)
+        if any(part_extras):
+            extras["_parts"] = part_extras
+    else:
+        raise DialectError("must be a string or a list of parts", f"{where}.content")
+    return Message(role, parsed, extras=extras)
+
+
+_TEXT_KINDS = {"input_text": "text", "output_text": "text", "refusal": "refusal"}
+
+
+def _text_kind(role: str) -> str:
+    """The type a text part of a message of ``role`` has unless it says otherwise."""
+    return "output_text" if role == "assistant" else "input_text"
+
+
+def _parse_parts(content: list[JSON], where: str,
+                 role: str) -> tuple[list[Part], list[JSON]]:
+    """The parts, and per part the keys no canonical field names (``annotations``, …)."""
+    parts: list[Part] = []
+    rest: list[JSON] = []
+    for j, p in enumerate(content):
+        p = expect_object(p, f"{where}[{j}]")
+        kind = p.get("type")
+        key = _TEXT_KINDS.get(kind) if isinstance(kind, str) else None
+        if key is not None:
+            text = p.get(key)
+            if not isinstance(text, str):
+                raise DialectError("must be a string", f"{where}[{j}].{key}")
+            parts.append(TextPart(text))
+            extra = split_known(p, frozenset({"type", key}))
+            if kind != _text_kind(role):
+                extra["type"] = kind  # rendered back as itself
+            rest.append(extra or None)
+        elif kind == "input_image" and isinstance(p.get("image_url"), str):
+            detail = p.get("detail")
+            parts.append(ImagePart(url=p["image_url"],
+                                   detail=detail if isinstance(detail, str) else None))
+            extra = split_known(p, frozenset({"type", "image_url", "detail"}))
+            rest.append(extra or None)
+        else:
+            # input_file, an image by file_id, audio, …: only a Responses upstream can read them
+            parts.append(OtherPart(NAME, str(kind), p))
+            rest.append(None)
+    return parts, rest
+
+
+def _parse_call(item: dict[str, JSON], where: str) -> ToolCall:
+    cid, name, args = item.get("call_id"), item.get("name"), item.get("arguments")
+    if not isinstance(cid, str):
+        raise DialectError("must be a string", f"{where}.call_id")
+    if not isinstance(name, str):
+        raise DialectError("must be a string", f"{where}.name")
+    if args is not None and not isinstance(args, str):
+        raise DialectError("must be a string of JSON", f"{where}.arguments")
+    return ToolCall(cid, name, args if args is not None else "{}")
+
+
+def _parse_call_output(item: dict[str, JSON], where: str) -> Message:
+    cid = item.get("call_id")
+    if not isinstance(cid, str):
+        raise DialectError("must be a string", f"{where}.call_id")
+    output = item.get("output")
+    extras = split_known(item, frozenset({"call_id", "output"}))
+    content: str | list[Part]
+    if isinstance(output, str):
+        content = output
+    elif isinstance(output, list):
+        content, part_extras = _parse_parts(output, f"{where}.output", "tool")
+        if any(part_extras):
+            extras["_parts"] = part_extras
+    else:
+        raise DialectError("must be a string or a list of parts", f"{where}.output")
+    return Message("tool", content, tool_call_id=cid, extras=extras)
+
+
+def _parse_reasoning_item(item: dict[str, JSON], where: str) -> tuple[Reasoning, JSON]:
+    rid = item.get("id")
+    if rid is not None and not isinstance(rid, str):
+        raise DialectError("must be a string", f"{where}.id")
+    encrypted = item.get("encrypted_content")
+    if encrypted is not None and not isinstance(encrypted, str):
+        raise DialectError("must be a string", f"{where}.encrypted_content")
+    text = _reasoning_text(item, where)
+    rest = split_known(item, frozenset({"id", "encrypted_content"}))
+    return Reasoning(text, id=rid, redacted=encrypted, dialect=NAME), rest
+
+
+def _reasoning_text(item: dict[str, JSON], where: str) -> str:
+    """A reasoning item's text: its summary parts, else its raw ``reasoning_text`` content."""
+    for key, kind in (("summary", "summary_text"), ("content", "reasoning_text")):
+        parts = item.get(key)
+        if parts is None:
+            continue
+        if not isinstance(parts, list):
+            raise DialectError(f"must be a list, not {kind_of(parts)}", f"{where}.{key}")
+        texts = [p["text"] for p in parts if isinstance(p, dict) and p.get("type") == kind
+                 and isinstance(p.get("text"), str)]
+        if texts:
+            return _SEPARATOR.join(texts)
+    return ""
+
+
+def _is_instructions(m: Message, same: bool) -> bool:
+    if same:
+        return bool(m.extras.get("_instructions"))
+    return m.role == "system" and (isinstance(m.content, str) or all(
+        isinstance(p, TextPart) for p in m.content))
+
+
+def _plain_text(content: str | list[Part]) -> str:
+    if isinstance(content, str):
+        return content
+    return "".join(p.text for p in content if isinstance(p, TextPart))
+
+
+def _render_items(messages: list[Message], same: bool) -> list[JSON]:
+    out: list[JSON] = []
+    for m in messages:
+        extras = m.extras if same else {}
+        if extras.get("_item"):
+            out.extend(p.raw for p in m.content if isinstance(p, OtherPart))
+        elif m.role == "tool":
+            wire: dict[str, JSON] = _public(extras) if same else {"type": "function_call_output"}
+            wire["call_id"] = m.tool_call_id or ""
+            wire["output"] = m.content if isinstance(m.content, str) else _render_parts(
+                m.content, "tool", extras.get("_parts"))
+            out.append(wire)
+        elif m.role == "assistant":
+            out.extend(_render_turn(m, extras, same))
+        else:
+            out.append(_render_message(m, extras, same))
+    return out
+
+
+def _render_message(m: Message, extras: dict[str, JSON], same: bool) -> dict[str, JSON]:
+    wire: dict[str, JSON] = {k: v for k, v in _public(extras).items()
+                             if k not in ("role", "content")} if same else {"type": "message"}
+    wire["role"] = m.role
+    wire["content"] = m.content if isinstance(m.content, str) else _render_parts(
+        m.content, m.role, extras.get("_parts"))
+    return wire
+
+
+def _render_turn(m: Message, extras: dict[str, JSON], same: bool) -> list[JSON]:
+    out: list[JSON] = []
+    kept_reasoning = extras.get("_reasoning")
+    for i, r in enumerate(m.reasoning):
+        if r.dialect != NAME:
+            continue  # only OpenAI's own reasoning items can be sent back to it
+        rest = kept_reasoning[i] if isinstance(kept_reasoning, list) and i < len(
+            kept_reasoning) else None
+        item = _render_reasoning_item(r, rest)
+        if item is not None:
+            out.append(item)
+    if extras.get("_message") if same else (m.content or not m.tool_calls):
+        out.append(_render_message(m, extras, same))
+    kept_calls = extras.get("_calls")
+    for i, c in enumerate(m.tool_calls):
+        rest = kept_calls[i] if isinstance(kept_calls, list) and i < len(kept_calls) else None
+        wire: dict[str, JSON] = dict(rest) if isinstance(rest, dict) else {
+            "type": "function_call"}
+        wire["call_id"] = c.id
+        wire["name"] = c.name
+        wire["arguments"] = c.arguments
+        out.append(wire)
+    return out
+
+
+def _render_reasoning_item(r: Reasoning, rest: JSON) -> dict[str, JSON] | None:
+    if not isinstance(rest, dict):
+        if r.id is None:
+            return None  # the API finds a reasoning item by its id: one without cannot go back
+        rest = {"type": "reasoning", "summary": []}
+    wire: dict[str, JSON] = dict(rest)
+    if r.id is not None:
+        wire["id"] = r.id
+    if _reasoning_text(wire, "reasoning") != r.text:
+        wire["summary"] = [{"type": "summary_text", "text": r.text}] if r.text else []
+        wire.pop("content", None)
+    if r.redacted is not None:
+        wire["encrypted_content"] = r.redacted
+    return wire
+
+
+def _render_parts(parts: list[Part], role: str, kept: JSON) -> list[JSON]:
+    out: list[JSON] = []
+    rests = kept if isinstance(kept, list) else []
+    for j, p in enumerate(parts):
+        rest = rests[j] if j < len(rests) and isinstance(rests[j], dict) else None
+        match p:
+            case TextPart():
+                kind = rest.get("type") if rest else None
+                if kind is None:
+                    kind = _text_kind(role)
+                wire: dict[str, JSON] = {**rest} if rest else {}
+                wire["type"] = kind
+                wire["refusal" if kind == "refusal" else "text"] = p.text
+                if kind == "output_text" and "annotations" not in wire:
+                    wire["annotations"] = []
+                out.append(wire)
+            case ImagePart():
+                image: dict[str, JSON] = {**rest} if rest else {}
+                image["type"] = "input_image"
+                image["image_url"] = p.as_url()
+                if p.detail is not None:
+                    image["detail"] = p.detail
+                out.append(image)
+            case OtherPart():
+                if p.dialect == NAME:
+                    out.append(p.raw)
+            case _:
+                assert_never(p)
+    return out
+
+
+# --- whole answers -------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Folded:
+    message: AssistantMessage
+    citations: list[Citation] = field(default_factory=list)
+
+
+def _fold_output(output: list[JSON]) -> _Folded:
+    text: list[str] = []
+    calls: list[ToolCall] = []
+    reasoning: list[Reasoning] = []
+    citations: list[Citation] = []
+    first_id: str | None = None
+    for i, item in enumerate(output):
+        where = f"output[{i}]"
+        item = expect_object(item, where)
+        kind = item.get("type")
+        if kind == "message":
+            first_id = first_id or _str(item.get("id"))
+            content = item.get("content")
+            if not isinstance(content, list):
+                raise DialectError(f"must be a list, not {kind_of(content)}", f"{where}.content")
+            for j, part in enumerate(content):
+                part = expect_object(part, f"{where}.content[{j}]")
+                kind = part.get("type")
+                key = _TEXT_KINDS.get(kind) if isinstance(kind, str) else None
+                if key is None:
+                    continue
+                value = part.get(key)
+                if not isinstance(value, str):
+                    raise DialectError("must be a string", f"{where}.content[{j}].{key}")
+                text.append(value)
+                citations.extend(_citations(part.get("annotations")))
+        elif kind == "function_call":
+            calls.append(_parse_call(item, where))
+        elif kind == "reasoning":
+            reasoning.append(_parse_reasoning_item(item, where)[0])
+    return _Folded(AssistantMessage("".join(text), id=first_id, tool_calls=calls,
+                                    reasoning=reasoning), citations)
+
+
+def _citations(annotations: JSON) -> list[Citation]:
+    if not isinstance(annotations, list):
+        return []
+    out = [_citation(a) for a in annotations if isinstance(a, dict)]
+    return [c for c in out if c is not None]
+
+
+def _citation(a: dict[str, JSON]) -> Citation | None:
+    kind = a.get("type")
+    if kind == "url_citation":
+        url = _str(a.get("url"))
+        if url:
+            return Citation(id=url, title=_str(a.get("title")), url=url)
+    elif kind in ("file_citation", "container_file_citation"):
+        name = _str(a.get("filename")) or _str(a.get("file_id"))
+        if name:
+            return Citation(id=name, title=name)
+    return None  # file_path names a file the model wrote, not a source
+
+
+def _annotations(context: JSON, text: str) -> list[JSON]:
+    """The citations of a canonical context as annotations over the whole text."""
+    out: list[JSON] = []
+    for c in citations_of(context):
+        if c.url:
+            out.append({"type": "url_citation", "start_index": 0, "end_index": len(text),
+                        "title": c.title or c.url, "url": c.url})
+        else:
+            # No OpenAI file id exists for another dialect's source: its name stands in.
+            name = c.title or c.id
+            out.append({"type": "file_citation", "file_id": name, "filename": name,
+                        "index": len(text)})
+    return out
+
+
+def _digest(m: AssistantMessage) -> JSON:
+    return _digest_of(m.content, m.tool_calls, m.reasoning)
+
+
+def _digest_of(text: str, calls: list[ToolCall], reasoning: list[Reasoning]) -> JSON:
+    """What the folded message says, to tell whether the items it came from still say it."""
+    return [text, [[c.id, c.name, c.arguments] for c in calls],
+            [[r.text, r.id, r.redacted, r.dialect] for r in reasoning]]
+
+
+def _render_output(resp: ChatResponse, text: str, calls: list[ToolCall]) -> list[JSON]:
+    out: list[JSON] = []
+    reasoning = resp.reasoning
+    for r in reasoning:
+        out.append(_reasoning_output(r))
+    status = "incomplete" if resp.finish_reason in _INCOMPLETE_BY_FINISH else "completed"
+    first = resp.messages[0] if resp.messages else None
+    if text or not calls:
+        out.append({"type": "message", "id": (first.id if first else None) or _new_id("msg_"),
+                    "status": status, "role": "assistant",
+                    "content": [_output_text(text, _annotations(resp.context, text))]})
+    for c in calls:
+        out.append(_call_item(c, _new_id("fc_"), "completed", c.arguments))
+    return out
+
+
+def _output_text(text: str, annotations: list[JSON]) -> dict[str, JSON]:
+    return {"type": "output_text", "text": text, "annotations": annotations}
+
+
+def _call_item(c: ToolCall, item_id: str, status: str, arguments: str) -> dict[str, JSON]:
+    return {"type": "function_call", "id": item_id, "call_id": c.id, "name": c.name,
+            "arguments": arguments, "status": status}
+
+
+def _reasoning_output(r: Reasoning) -> dict[str, JSON]:
+    item: dict[str, JSON] = {"type": "reasoning", "id": r.id or _new_id("rs_"),
+                             "summary": [{"type": "summary_text", "text": r.text}]
+                             if r.text else []}
+    if r.redacted is not None and r.dialect == NAME:
+        item["encrypted_content"] = r.redacted
+    return item
+
+
+def _finish_of(status: JSON, details: JSON, has_calls: bool) -> str | None:
+    if status == "incomplete":
+        reason = details.get("reason") if isinstance(details, dict) else None
+        if not isinstance(reason, str):
+            return "length"
+        return _FINISH_BY_INCOMPLETE.get(reason, reason)
+    finish = _FINISH_BY_STATUS.get(status) if isinstance(status, str) else None
+    if finish == "stop" and has_calls:
+        return "tool_calls"
+    return finish
+
+
+def _status_of(reason: str) -> tuple[str, JSON]:
+    """``status`` and ``incomplete_details`` for a canonical finish reason."""
+    incomplete = _INCOMPLETE_BY_FINISH.get(reason)
+    if incomplete is not None:
+        return "incomplete", {"reason": incomplete}
+    if reason == "error":
+        return "failed", None
+    return "completed", None
+
+
+def _failure(message: str, code: str | None) -> dict[str, JSON]:
+    return {"code": code if code in _RESPONSE_ERROR_CODES else "server_error",
+            "message": message}
+
+
+def _usage_of(v: JSON) -> Usage | None:
+    if not isinstance(v, dict):
+        return None
+    inp = v.get("input_tokens_details")
+    out = v.get("output_tokens_details")
+    inp = inp if isinstance(inp, dict) else {}
+    out = out if isinstance(out, dict) else {}
+    return Usage(
+        input_tokens=_int(v.get("input_tokens")),
+        output_tokens=_int(v.get("output_tokens")),
+        cached_input_tokens=_int(inp.get("cached_tokens")),
+        cache_write_tokens=_int(inp.get("cache_write_tokens")),
+        reasoning_tokens=_int(out.get("reasoning_tokens")),
+    )
+
+
+def _usage_json(u: Usage) -> dict[str, JSON]:
+    return {
+        "input_tokens": u.input_tokens or 0,
+        "input_tokens_details": {"cached_tokens": u.cached_input_tokens or 0,
+                                 "cache_write_tokens": u.cache_write_tokens or 0},
+        "output_tokens": u.output_tokens or 0,
+        "output_tokens_details": {"reasoning_tokens": u.reasoning_tokens or 0},
+        "total_tokens": u.total_tokens or 0,
+    }
+
+
+def _echo(req: ChatRequest) -> dict[str, Any]:
+    """The request parameters a response repeats (``tools``, ``tool_choice`` and
+    ``parallel_tool_calls`` are required by the SDKs' types), for an answer this gateway
+    writes."""
+    same = req.extras_dialect == NAME
+    extras = req.extras if same else {}
+    first = req.messages[0] if req.messages else None
+    instructions = _plain_text(first.content) if first is not None and _is_instructions(
+        first, same) else None
+    choice = req.tool_choice
+    reasoning = req.reasoning
+    metadata = extras.get("metadata")
+    return {
+        "instructions": instructions,
+        "max_output_tokens": req.sampling.get("max_tokens"),
+        "parallel_tool_calls": choice.parallel if choice is not None and choice.parallel
+        is not None else True,
+        "previous_response_id": None,
+        "reasoning": {"effort": reasoning.effort if reasoning else None,
+                      "summary": reasoning.summary if reasoning else None},
+        "store": False,  # nothing is kept (see the module's docstring)
+        "temperature": req.sampling.get("temperature"),
+        "text": extras.get("text") or {"format": {"type": "text"}},
+        "tool_choice": _render_tool_choice(choice, req.hints.get("tool_choice") if same
+                                           else None) if choice is not None else "auto",
+        "tools": [_render_tool(t, same) for t in req.tools],
+        "top_p": req.sampling.get("top_p"),
+        "truncation": extras.get("truncation") or "disabled",
+        "metadata": metadata if isinstance(metadata, dict) else {},
+    }
+
+
+# --- streams -------------------------------------------------------------------------------------
+
+
+class _Decoder:
+    """Responses events (named or not: the ``type`` in the data decides) to canonical events.
+
+    Tolerant: unknown event types, lifecycle repeats and ``[DONE]`` are ignored; an item whose
+    text or arguments arrive only whole (in its ``.done`` event, in ``output_item.done``, or only
+    in the terminal response's ``output``) gives what the deltas had not. Strict where data would
+    be lost: arguments for a call never announced, an event with no type, a body that ends
+    without a terminal event.
+    """
+
+    __slots__ = ("_calls", "_citations", "_done", "_finished_items", "_last_reasoning", "_ncalls",
+                 "_sent", "_started")
+
+    def __init__(self) -> None:
+        self._started = False
+        self._done = False
+        self._calls: dict[int, int] = {}
+        """output_index -> canonical call index, for calls not yet ended."""
+        self._ncalls = 0
+        self._sent: dict[tuple[int, str, int], int] = {}
+        """(output_index, kind, part index) -> characters passed on, for ``.done`` remainders."""
+        self._finished_items: set[int] = set()
+        self._citations: list[Citation] = []
+        self._last_reasoning: tuple[int, str, int] | None = None
+        """Where the reasoning text just passed on came from (None after any other event)."""
+
+    def decode(self, payload: Any) -> list[StreamEvent]:
+        if self._done:
+            return []
+        name: str | None = None
+        if isinstance(payload, Named):
+            name, payload = payload.event, payload.data
+        if isinstance(payload, RawData):
+            if payload.text.strip() == "[DONE]":
+                return []  # some servers add it; the terminal event has already decided
+            raise DialectError("an event's data is not JSON", "stream")
+        if not isinstance(payload, dict):
+            raise DialectError("an event must be an object", "stream")
+        kind = payload.get("type")
+        if not isinstance(kind, str):
+            if name is None and payload.get("error") is not None:
+                kind = "error"
+            elif name is not None:
+                kind = name
+            else:
+                raise DialectError("an event names no type", "stream")
+        events: list[StreamEvent] = []
+        if not self._started:
+            self._started = True
+            response = payload.get("response")
+            r = response if isinstance(response, dict) else {}
+            events.append(StreamStart(id=_str(r.get("id")), created=_int(r.get("created_at")),
+                                      model=_str(r.get("model"))))
+        self._event(kind, payload, events)
+        return events
+
+    def _event(self, kind: str, p: dict[str, Any], events: list[StreamEvent]) -> None:
+        match kind:
+            case "response.output_text.delta" | "response.refusal.delta":
+                self._text(p, "text", _index(p, "content_index"), _delta(p), events)
+            case "response.output_text.done" | "response.refusal.done":
+                key = "text" if kind == "response.output_text.done" else "refusal"
+                self._rest(p, "text", _index(p, "content_index"), p.get(key), events)
+            case "response.function_call_arguments.delta":
+                self._arguments(_index(p, "output_index"), _delta(p), events, rest=False)
+            case "response.function_call_arguments.done":
+                self._arguments(_index(p, "output_index"), p.get("arguments"), events, rest=True)
+            case "response.reasoning_summary_text.delta":
+                self._text(p, "summary", _index(p, "summary_index"), _delta(p), events)
+            case "response.reasoning_summary_text.done":
+                self._rest(p, "summary", _index(p, "summary_index"), p.get("text"), events)
+            case "response.reasoning_text.delta":
+                self._text(p, "reasoning", _index(p, "content_index"), _delta(p), events)
+            case "response.reasoning_text.done":
+                self._rest(p, "reasoning", _index(p, "content_index"), p.get("text"), events)
+            case "response.output_item.added":
+                self._added(_index(p, "output_index"), p.get("item"), events)
+            case "response.output_item.done":
+                item = p.get("item")
+                if not isinstance(item, dict):
+                    raise DialectError("an output_item.done event carries no item", "stream")
+                self._finish_item(_index(p, "output_index"), item, events)
+            case "response.output_text.annotation.added":
+                annotation = p.get("annotation")
+                cite = _citation(annotation) if isinstance(annotation, dict) else None
+                if cite is not None:
+                    self._citations.append(cite)
+                    self._emit(events, ContextUpdate(context_with_citations(self._citations)))
+            case "response.completed" | "response.incomplete":
+                self._terminal(p, events)
+            case "response.failed":
+                response = p.get("response")
+                err = response.get("error") if isinstance(response, dict) else None
+                self._fail(err if err is not None else "the upstream response failed", events)
+            case "error":
+                nested = p.get("error")
+                self._fail(nested if isinstance(nested, dict) else p, events)
+            case _:
+                pass  # lifecycle, content_part, summary_part, built-in tools' progress, …
+
+    def _emit(self, events: list[StreamEvent], event: StreamEvent) -> None:
+        if not isinstance(event, ReasoningDelta):
+            self._last_reasoning = None
+        events.append(event)
+
+    def _text(self, p: dict[str, Any], kind: str, part: int, delta: str,
+              events: list[StreamEvent]) -> None:
+        key = (_index(p, "output_index"), kind, part)
+        self._sent[key] = self._sent.get(key, 0) + len(delta)
+        if not delta:
+            return
+        if kind == "text":
+            self._emit(events, TextDelta(delta))
+            return
+        if self._last_reasoning is not None and self._last_reasoning != key:
+            delta = _SEPARATOR + delta  # the next summary part (or item) of one reasoning text
+        events.append(ReasoningDelta(delta, dialect=NAME))
+        self._last_reasoning = key
+
+    def _rest(self, p: dict[str, Any], kind: str, part: int, whole: JSON,
+              events: list[StreamEvent]) -> None:
+        if not isinstance(whole, str):
+            return
+        key = (_index(p, "output_index"), kind, part)
+        sent = self._sent.get(key, 0)
+        if len(whole) > sent:
+            self._text(p, kind, part, whole[sent:], events)
+
+    def _added(self, index: int, item: JSON, events: list[StreamEvent]) -> None:
+        if not isinstance(item, dict):
+            raise DialectError("an output_item.added event carries no item", "stream")
+        if index in self._calls or index in self._finished_items:
+            raise DialectError(f"output_index {index} was added twice", "stream")
+        if item.get("type") != "function_call":
+            return
+        name, cid = item.get("name"), item.get("call_id")
+        if not isinstance(name, str):
+            raise DialectError("a function call names no function", "stream")
+        call = self._ncalls
+        self._ncalls += 1
+        self._calls[index] = call
+        self._emit(events, ToolCallStart(call, cid if isinstance(cid, str) else f"call_{call}",
+                                         name))
+        args = item.get("arguments")
+        if isinstance(args, str) and args:
+            self._arguments(index, args, events, rest=False)
+
+    def _arguments(self, index: int, args: JSON, events: list[StreamEvent], *,
+                   rest: bool) -> None:
+        call = self._calls.get(index)
+        if call is None:
+            if rest and index in self._finished_items:
+                return
+            raise DialectError("arguments arrived for a function call that was never announced",
+                               "stream")
+        if not isinstance(args, str):
+            if rest:
+                return
+            raise DialectError("a function call's arguments must be a string", "stream")
+        key = (index, "arguments", 0)
+        sent = self._sent.get(key, 0)
+        if rest:
+            args = args[sent:]
+        self._sent[key] = sent + len(args)
+        if args:
+            self._emit(events, ToolCallDelta(call, args))
+
+    def _finish_item(self, index: int, item: dict[str, Any], events: list[StreamEvent]) -> None:
+        """An item is complete: what its deltas had not said yet, then its end."""
+        if index in self._finished_items:
+            return
+        kind = item.get("type")
+        if kind == "function_call":
+            if index not in self._calls:
+                self._added(index, item, events)
+            self._arguments(index, item.get("arguments"), events, rest=True)
+            self._emit(events, ToolCallEnd(self._calls.pop(index)))
+        elif kind == "message":
+            self._finish_message(index, item, events)
+        elif kind == "reasoning":
+            for key, part_kind, sent_kind in (("summary", "summary_text", "summary"),
+                                              ("content", "reasoning_text", "reasoning")):
+                parts = item.get(key)
+                for j, part in enumerate(parts if isinstance(parts, list) else []):
+                    if isinstance(part, dict) and part.get("type") == part_kind:
+                        self._rest({"output_index": index}, sent_kind, j, part.get("text"),
+                                   events)
+            encrypted = item.get("encrypted_content")
+            if isinstance(encrypted, str):
+                events.append(ReasoningDelta(redacted=encrypted, dialect=NAME))
+                self._last_reasoning = None
+        self._finished_items.add(index)
+
+    def _finish_message(self, index: int, item: dict[str, Any],
+                        events: list[StreamEvent]) -> None:
+        content = item.get("content")
+        for j, part in enumerate(content if isinstance(content, list) else []):
+            kind = part.get("type") if isinstance(part, dict) else None
+            key = _TEXT_KINDS.get(kind) if isinstance(kind, str) else None
+            if key is None:
+                continue
+            self._rest({"output_index": index}, "text", j, part.get(key), events)
+            for a in part.get("annotations") or []:
+                cite = _citation(a) if isinstance(a, dict) else None
+                if cite is not None and cite not in self._citations:
+                    self._citations.append(cite)
+                    self._emit(events, ContextUpdate(context_with_citations(self._citations)))
+
+    def _terminal(self, p: dict[str, Any], events: list[StreamEvent]) -> None:
+        response = p.get("response")
+        if not isinstance(response, dict):
+            raise DialectError("a terminal event carries no response", "stream")
+        output = response.get("output")
+        for i, item in enumerate(output if isinstance(output, list) else []):
+            if isinstance(item, dict) and (i not in self._finished_items):
+                self._finish_item(i, item, events)  # items the stream never finished
+        for index in sorted(self._calls):
+            self._emit(events, ToolCallEnd(self._calls[index]))
+        self._calls.clear()
+        self._done = True
+        reason = _finish_of(response.get("status"), response.get("incomplete_details"),
+                            self._ncalls > 0)
+        if reason is None:
+            reason = "length" if p.get("type") == "response.incomplete" else "stop"
+        events.append(StreamFinish(reason, _usage_of(response.get("usage"))))
+
+    def _fail(self, err: JSON, events: list[StreamEvent]) -> None:
+        self._done = True
+        code = err.get("code") if isinstance(err, dict) else None
+        events.append(StreamError(error_text(err), code if isinstance(code, str) else None))
+
+    def end(self) -> list[StreamEvent]:
+        if self._done:
+            return []
+        self._done = True
+        return [StreamError("the upstream stream ended before its terminal event")]
+
+
+def _index(p: dict[str, Any], key: str) -> int:
+    v = p.get(key, 0)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise DialectError(f"{key} must be a non-negative integer", "stream")
+    return v
+
+
+def _delta(p: dict[str, Any]) -> str:
+    delta = p.get("delta")
+    if not isinstance(delta, str):
+        raise DialectError("a delta event's delta must be a string", "stream")
+    return delta
+
+
+@dataclass(slots=True)
+class _Item:
+    """An output item the encoder opened: where it is, and what it said so far."""
+
+    index: int
+    id: str
+    kind: str
+    chunks: list[str] = field(default_factory=list)
+    call: ToolCall | None = None
+    redacted: str | None = None
+    part_open: bool = False
+    final: dict[str, JSON] | None = None
+    """The item as ``output_item.done`` showed it (what the final ``output`` lists)."""
+
+    @property
+    def text(self) -> str:
+        if len(self.chunks) > 1:
+            self.chunks[:] = ["".join(self.chunks)]
+        return self.chunks[0] if self.chunks else ""
+
+
+class _Encoder:
+    """Canonical events to Responses events, in the order both SDKs' accumulators hold a stream
+    to (openai-python ``ResponseStreamState``, openai-node ``ResponseStream``):
+
+    - ``response.created`` first, then ``response.in_progress``, both with the same id as the
+      terminal event; every event numbered by ``sequence_number`` 0, 1, 2, …;
+    - each item announced by ``output_item.added`` at the next ``output_index`` (no gaps, never
+      twice) before any event names it; a message's ``content_part.added`` before its text
+      deltas; every item finished (``output_item.done``, same type and id) before the end;
+    - exactly one terminal event: ``response.completed``, ``response.incomplete`` (length,
+      content filter), or, after a mid-stream error, ``error`` then ``response.failed``.
+
+    A message or a reasoning item is finished as soon as anything else begins (as OpenAI's own
+    streams do). Function calls are finished when the canonical stream ends them; a second call
+    that begins first is announced at once and both stay open, because the accumulators look
+    items up by ``output_index`` and accept deltas for any open item: arguments are passed on as
+    they arrive, whatever the upstream interleaves, and nothing is buffered.
+
+    Mid-stream errors: the ``error`` event carries the flat ``code``/``message``/``param`` of the
+    published schema and a nested ``error`` object, the two forms the SDKs read: the Python SDK
+    raises ``APIError`` for a top-level ``error`` object, the Node SDK throws on any event named
+    ``error``. ``response.failed`` follows for readers that wait for a terminal event (neither SDK
+    throws on it alone; Node would even finish cleanly), and nothing after it.
+    """
+
+    __slots__ = (
+        "_agent",
+        "_calls",
+        "_citations",
+        "_closed",
+        "_created",
+        "_echo",
+        "_id",
+        "_items",
+        "_model",
+        "_open",
+        "_reasoning",
+        "_seq",
+        "_spoke",
+        "_started",
+    )
+
+    def __init__(self, req: ChatRequest) -> None:
+        self._echo = _echo(req)
+        self._id = _new_id("resp_")
+        self._created = now()
+        self._model = req.model or "unknown"
+        self._seq = 0
+        self._started = False
+        self._closed = False
+        self._items: list[_Item] = []
+        self._open: _Item | None = None  # the message being written
+        self._reasoning: _Item | None = None  # the reasoning item being written
+        self._calls: dict[int, _Item] = {}  # canonical call index -> its open item
+        self._citations: JSON = None
+        self._agent: str | None = None
+        self._spoke = False
+
+    # - framing -
+
+    def _event(self, kind: str, body: dict[str, Any]) -> Payload:
+        data = {"type": kind, "sequence_number": self._seq, **body}
+        self._seq += 1
+        return Named(kind, orjson.dumps(data))
+
+    def _response(self, status: str, **fields: Any) -> dict[str, Any]:
+        return {"id": self._id, "object": "response", "created_at": self._created,
+                "status": status, "error": None, "incomplete_details": None, **self._echo,
+                "model": self._model, "output": [], "usage": None, **fields}
+
+    # - events -
+
+    def encode(self, event: StreamEvent) -> list[Payload]:
+        if self._closed:
+            return []
+        out = self._start(event if isinstance(event, StreamStart) else None)
+        match event:
+            case StreamStart():
+                self._cite(event.context)
+            case TextDelta():
+                self._text(event, out)
+            case ReasoningDelta():
+                self._think(event, out)
+            case ToolCallStart():
+                self._end_message(out)
+                self._end_reasoning(out)
+                item = self._add("function_call", "fc_", out,
+                                 call=ToolCall(event.id, event.name, ""))
+                self._calls[event.index] = item
+            case ToolCallDelta():
+                call = self._calls.get(event.index)
+                if call is not None and event.arguments:
+                    call.chunks.append(event.arguments)
+                    out.append(self._event("response.function_call_arguments.delta", {
+                        "item_id": call.id, "output_index": call.index,
+                        "delta": event.arguments}))
+            case ToolCallEnd():
+                ended = self._calls.pop(event.index, None)
+                if ended is not None:
+                    self._end_call(ended, "completed", out)
+            case ContextUpdate():
+                self._cite(event.context)
+            case StreamFinish():
+                self._finish(event, out)
+            case StreamError():
+                self._error(event, out)
+            case _:
+                assert_never(event)
+        return out
+
+    def _start(self, start: StreamStart | None) -> list[Payload]:
+        if self._started:
+            return []
+        self._started = True
+        if start is not None:
+            self._id = _response_id(start.id)
+            if start.created:
+                self._created = start.created
+            if start.model and self._model == "unknown":
+                self._model = start.model
+        shell = self._response("in_progress")
+        return [self._event("response.created", {"response": shell}),
+                self._event("response.in_progress", {"response": shell})]
+
+    def _cite(self, context: JSON) -> None:
+        if citations_of(context):
+            self._citations = context
+
+    def _add(self, kind: str, prefix: str, out: list[Payload], *,
+             call: ToolCall | None = None) -> _Item:
+        item = _Item(len(self._items), _new_id(prefix), kind, call=call)
+        self._items.append(item)
+        out.append(self._event("response.output_item.added", {
+            "output_index": item.index, "item": self._wire(item, "in_progress")}))
+        return item
+
+    def _text(self, event: TextDelta, out: list[Payload]) -> None:
+        self._end_reasoning(out)
+        text = event.text
+        if event.agent != self._agent:
+            text = agent_header(event.agent, first=not self._spoke) + text
+            self._agent = event.agent
+        self._spoke = True
+        if not text:
+            return
+        item = self._message(out)
+        item.chunks.append(text)
+        out.append(self._event("response.output_text.delta", {
+            "item_id": item.id, "output_index": item.index, "content_index": 0,
+            "delta": text, "logprobs": []}))
+
+    def _message(self, out: list[Payload]) -> _Item:
+        if self._open is None:
+            self._open = self._add("message", "msg_", out)
+            self._open.part_open = True
+            out.append(self._event("response.content_part.added", {
+                "item_id": self._open.id, "output_index": self._open.index,
+                "content_index": 0, "part": _output_text("", [])}))
+        return self._open
+
+    def _think(self, event: ReasoningDelta, out: list[Payload]) -> None:
+        # Another provider's signature or redacted data cannot be sent to an OpenAI client.
+        redacted = event.redacted if event.dialect == NAME else None
+        if not event.text and redacted is None:
+            return
+        self._end_message(out)
+        item = self._reasoning
+        if item is not None and event.text and item.redacted is not None:
+            self._end_reasoning(out)  # redacted data closes the block it belongs to
+            item = None
+        if event.text:
+            if item is None:
+                item = self._reasoning = self._add("reasoning", "rs_", out)
+            if not item.part_open:
+                item.part_open = True
+                out.append(self._event("response.reasoning_summary_part.added", {
+                    "item_id": item.id, "output_index": item.index, "summary_index": 0,
+                    "part": {"type": "summary_text", "text": ""}}))
+            item.chunks.append(event.text)
+            out.append(self._event("response.reasoning_summary_text.delta", {
+                "item_id": item.id, "output_index": item.index, "summary_index": 0,
+                "delta": event.text}))
+        if redacted is not None:
+            if item is None:
+                item = self._reasoning = self._add("reasoning", "rs_", out)
+            item.redacted = redacted
+
+    def _end_message(self, out: list[Payload], status: str = "completed") -> None:
+        item = self._open
+        if item is None:
+            return
+        self._open = None
+        text = item.text
+        base = {"item_id": item.id, "output_index": item.index, "content_index": 0}
+        annotations = self._take_annotations(text)
+        for k, a in enumerate(annotations):
+            out.append(self._event("response.output_text.annotation.added", {
+                **base, "annotation_index": k, "annotation": a}))
+        out.append(self._event("response.output_text.done",
+                               {**base, "text": text, "logprobs": []}))
+        out.append(self._event("response.content_part.done",
+                               {**base, "part": _output_text(text, annotations)}))
+        self._done_item(item, status, out, annotations)
+
+    def _take_annotations(self, text: str) -> list[JSON]:
+        if self._citations is None:
+            return []
+        annotations = _annotations(self._citations, text)
+        self._citations = None
+        return annotations
+
+    def _end_reasoning(self, out: list[Payload], status: str = "completed") -> None:
+        item = self._reasoning
+        if item is None:
+            return
+        self._reasoning = None
+        if item.part_open:
+            text = item.text
+            base = {"item_id": item.id, "output_index": item.index, "summary_index": 0}
+            out.append(self._event("response.reasoning_summary_text.done",
+                                   {**base, "text": text}))
+            out.append(self._event("response.reasoning_summary_part.done",
+                                   {**base, "part": {"type": "summary_text", "text": text}}))
+        self._done_item(item, status, out)
+
+    def _end_call(self, item: _Item, status: str, out: list[Payload]) -> None:
+        if not item.chunks:
+            # No arguments came (an Anthropic tool_use with an empty input): the JSON of none.
+            item.chunks.append("{}")
+            out.append(self._event("response.function_call_arguments.delta", {
+                "item_id": item.id, "output_index": item.index, "delta": "{}"}))
+        out.append(self._event("response.function_call_arguments.done", {
+            "item_id": item.id, "output_index": item.index, "arguments": item.text}))
+        self._done_item(item, status, out)
+
+    def _done_item(self, item: _Item, status: str, out: list[Payload],
+                   annotations: list[JSON] | None = None) -> None:
+        wire = item.final = self._wire(item, status, annotations)
+        item.chunks = []
+        out.append(self._event("response.output_item.done",
+                               {"output_index": item.index, "item": wire}))
+
+    def _wire(self, item: _Item, status: str,
+              annotations: list[JSON] | None = None) -> dict[str, JSON]:
+        """An item as ``output_item.added`` (``in_progress``, empty) or ``.done`` shows it."""
+        empty = status == "in_progress"
+        match item.kind:
+            case "message":
+                content = [] if empty else [_output_text(item.text, annotations or [])]
+                return {"type": "message", "id": item.id, "status": status,
+                        "role": "assistant", "content": content}
+            case "function_call":
+                assert item.call is not None
+                return _call_item(item.call, item.id, status, "" if empty else item.text)
+            case _:
+                wire: dict[str, JSON] = {"type": "reasoning", "id": item.id, "summary": [] if (
+                    empty or not item.part_open) else [{"type": "summary_text",
+                                                        "text": item.text}]}
+                if item.redacted is not None and not empty:
+                    wire["encrypted_content"] = item.redacted
+                return wire
+
+    def _close_all(self, status: str, out: list[Payload]) -> None:
+        if self._citations is not None:
+            self._message(out)  # the answer's sources need a text part to hang on
+        self._end_message(out, status)
+        self._end_reasoning(out, status)
+        for index in sorted(self._calls):
+            self._end_call(self._calls[index], status, out)
+        self._calls.clear()
+
+    def _final_output(self) -> list[JSON]:
+        return [i.final if i.final is not None else self._wire(i, "incomplete")
+                for i in self._items]
+
+    def _finish(self, event: StreamFinish, out: list[Payload]) -> None:
+        reason = event.reason or ("tool_calls" if any(
+            i.kind == "function_call" for i in self._items) else "stop")
+        status, details = _status_of(reason)
+        if status == "failed":
+            self._error(StreamError("the upstream reported an error"), out)
+            return
+        self._close_all("completed" if status == "completed" else "incomplete", out)
+        self._closed = True
+        kind = "response.completed" if status == "completed" else "response.incomplete"
+        out.append(self._event(kind, {"response": self._response(
+            status, incomplete_details=details, output=self._final_output(),
+            usage=_usage_json(event.usage) if event.usage is not None else None)}))
+
+    def _error(self, event: StreamError, out: list[Payload]) -> None:
+        self._closed = True
+        code = event.code or "server_error"
+        out.append(self._event("error", {
+            "code": code, "message": event.message, "param": None,
+            "error": {"type": _error_type(event.status), "code": code,
+                      "message": event.message, "param": None}}))
+        out.append(self._event("response.failed", {"response": self._response(
+            "failed", error=_failure(event.message, event.code),
+            output=self._final_output())}))
