@@ -79,6 +79,11 @@ class UpstreamState:
             if first:
                 self.on_change(self.name, False)
 
+    @property
+    def limited(self) -> bool:
+        """Whether requests take a ``max_inflight`` slot (:meth:`slot`)."""
+        return self._slots is not None
+
     @asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:
         slots = self._slots

@@ -1,4 +1,4 @@
-"""HTTP handlers: thin. They find the route and hand the exchange to :mod:`gateway.proxy`."""
+"""HTTP handlers: thin. They find the route and hand the exchange to :mod:`gateway.exchange`."""
 
 from __future__ import annotations
 
@@ -7,9 +7,11 @@ import ipaddress
 import orjson
 from aiohttp import web
 
-from gateway.keys import BALANCER, LOG, METRICS, RELOADER, RUNTIME, SESSION
+from gateway.exchange import serve, unrouted
+from gateway.history.keys import HISTORY
+from gateway.keys import ENV, METRICS, RELOADER, RUNTIME
 from gateway.metrics import CONTENT_TYPE_LATEST
-from gateway.proxy import Exchange, unrouted
+from gateway.models_list import model_list_for
 
 __all__ = ["chat", "healthz", "json_error", "metrics", "readyz", "reload"]
 
@@ -25,13 +27,14 @@ async def chat(request: web.Request) -> web.StreamResponse:
     runtime = request.app[RUNTIME].current
     entry = runtime.route_for(request.path)
     if entry is None:
+        listing = model_list_for(runtime, request.path)
+        if listing is not None:  # GET …/models beside routes whose clients list models
+            return listing.answer(request, runtime.config, request.app[ENV])
         return unrouted(request, json_error(404, f"no route for {request.path}", "NOT_FOUND"),
-                        request.app[METRICS], request.app[LOG])
+                        request.app[ENV], runtime.config.server.trusted_proxies)
     if request.method == "OPTIONS" and runtime.config.server.cors.allow_origins:
         return web.Response(status=204)  # the CORS headers are added as it is prepared
-    exchange = Exchange(request, runtime, entry, request.app[SESSION], request.app[METRICS],
-                        request.app[BALANCER], request.app[LOG])
-    return await exchange.run()
+    return await serve(request, request.app[ENV], runtime, entry)
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -42,8 +45,12 @@ async def readyz(request: web.Request) -> web.Response:
     runtime = request.app[RUNTIME].current
     down = runtime.down_routes()
     unhealthy = sorted(n for n, s in runtime.states.items() if not s.healthy)
-    body = {"status": "ok" if not down else "unavailable", "routes_down": down,
-            "upstreams_down": unhealthy}
+    body: dict[str, object] = {"status": "ok" if not down else "unavailable",
+                               "routes_down": down, "upstreams_down": unhealthy}
+    if HISTORY in request.app:
+        # Reported, never failing the probe: history is not on a chat request's path, and a
+        # shared store being down must not take every replica's chat routes out of service.
+        body["history"] = request.app[HISTORY].status()
     return web.json_response(body, status=503 if down else 200)
 
 

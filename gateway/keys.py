@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import aiohttp
 from aiohttp import web
 
 from gateway.balancer import Balancer
+from gateway.exchange import Env
 from gateway.metrics import Metrics
 from gateway.runtime import Runtime
 from gateway.traffic import RecentTraffic
+from gateway.upstream import Transport
+from gateway.worker_status import WorkerFacts
 
-__all__ = ["BALANCER", "LOG", "METRICS", "RECENT", "RELOADER", "RUNTIME", "SESSION",
-           "RuntimeHolder"]
+if TYPE_CHECKING:
+    from gateway.tracing import Tracing
+
+__all__ = ["BALANCER", "ENV", "LOG", "METRICS", "RECENT", "RELOADER", "RUNTIME", "TRACING",
+           "TRANSPORT", "WORKER", "RuntimeHolder"]
 
 
 class RuntimeHolder:
@@ -27,10 +32,15 @@ class RuntimeHolder:
 
 
 RUNTIME = web.AppKey("runtime", RuntimeHolder)
-SESSION = web.AppKey("session", aiohttp.ClientSession)
+TRANSPORT: web.AppKey[Transport] = web.AppKey("transport")
+"""How the app reaches its upstreams (aiohttp's client, or a test's in-memory transport)."""
+ENV: web.AppKey[Env] = web.AppKey("env")
 RECENT = web.AppKey("recent", RecentTraffic)
+WORKER = web.AppKey("worker", WorkerFacts)
 METRICS = web.AppKey("metrics", Metrics)
 BALANCER = web.AppKey("balancer", Balancer)
 LOG: web.AppKey[Any] = web.AppKey("log")
 Reloader = Callable[[], Awaitable[list[tuple[str, str]]]]
 RELOADER: web.AppKey[Reloader] = web.AppKey("reloader")
+TRACING: web.AppKey[Tracing | None] = web.AppKey("tracing")
+"""OpenTelemetry when tracing is on (:mod:`gateway.tracing`), else ``None``."""

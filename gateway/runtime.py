@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from gateway.balancer import UpstreamState
 from gateway.config import GatewayConfig, RouteConfig
@@ -22,8 +23,10 @@ class RouteEntry:
     config: RouteConfig
     client: Dialect
     stream: bool | None
-    """Fixed by the path (protocol-2024-05-29's ``/stream``), else ``None``: the body decides."""
+    """Fixed by the path (a dialect with a ``stream_path``), else ``None``: the body decides."""
     stream_content_type: str
+    options: dict[str, Any]
+    """The route's options for its dialect (validated, with defaults)."""
 
 
 class Runtime:
@@ -37,11 +40,12 @@ class Runtime:
             if client.framing == "jsonlines" and route.content_type:
                 ctype = route.content_type
             paths = config.served_paths(route)
+            options = route.options
             if len(paths) == 2:
-                self.routes[paths[0]] = RouteEntry(route, client, False, ctype)
-                self.routes[paths[1]] = RouteEntry(route, client, True, ctype)
+                self.routes[paths[0]] = RouteEntry(route, client, False, ctype, options)
+                self.routes[paths[1]] = RouteEntry(route, client, True, ctype, options)
             else:
-                self.routes[paths[0]] = RouteEntry(route, client, None, ctype)
+                self.routes[paths[0]] = RouteEntry(route, client, None, ctype, options)
         for name, up in config.upstreams.items():
             if name in states:
                 states[name].reconfigure(up)

@@ -1,0 +1,135 @@
+"""One client exchange on one route: the client side (:mod:`.client`), the upstream attempts
+(:mod:`.attempts`), the answer (:mod:`.answer`), and one :class:`~.outcome.Outcome` recorded
+once (:mod:`.outcome`).
+
+Dialect-neutral: everything dialect-specific is behind :class:`gateway.dialects.Dialect` and
+:mod:`gateway.pipeline`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from gateway.balancer import Balancer, UpstreamState
+from gateway.canonical import ChatError
+from gateway.dialects import Dialect
+from gateway.exchange.answer import Answerer, ClientGone, error_response
+from gateway.exchange.attempts import AttemptContext, AttemptLog, run_attempts
+from gateway.exchange.client import Refused, read_chat_request, request_id_of
+from gateway.exchange.headers import upstream_headers
+from gateway.exchange.outcome import NONE, Outcome, record
+from gateway.forwarding import client_address
+from gateway.metrics import Metrics
+from gateway.runtime import RouteEntry, Runtime
+from gateway.traffic import RecentTraffic
+from gateway.upstream import Transport
+
+if TYPE_CHECKING:
+    from gateway.tracing import RequestTrace, Tracing
+
+__all__ = ["Env", "error_response", "serve", "unrouted"]
+
+
+@dataclass(frozen=True, slots=True)
+class Env:
+    """What every exchange of an app shares."""
+
+    transport: Transport
+    metrics: Metrics
+    balancer: Balancer
+    recent: RecentTraffic
+    log: Any
+    tracing: Tracing | None = None
+    """OpenTelemetry, when configured (:mod:`gateway.tracing`); ``None`` costs nothing."""
+
+
+async def serve(request: web.Request, env: Env, runtime: Runtime,
+                entry: RouteEntry) -> web.StreamResponse:
+    """Serve one request on one route; returns the response it sent or built."""
+    started = time.perf_counter()
+    request_id = request_id_of(request)
+    trace = env.tracing.begin(request, entry) if env.tracing is not None else None
+    answerer = Answerer(request, entry, request_id)
+    attempts = AttemptLog()
+    inflight = env.metrics.inflight.labels(entry.config.path)
+    inflight.inc()
+    stream, disconnected = False, False
+    model: str | None = None
+    try:
+        req = await read_chat_request(request, entry, runtime.config)
+        stream, model = req.stream, req.model
+        ctx = AttemptContext(
+            entry.config, runtime.states, runtime.config.health, env.transport, env.balancer,
+            _headers_for(request, runtime, request_id), answerer.answer, env.log, request_id,
+            trace)
+        result = await run_attempts(ctx, req, started, attempts)
+        return answerer.fail(result) if isinstance(result, ChatError) else result
+    except Refused as r:
+        return answerer.fail(r.error, r.headers)
+    except asyncio.CancelledError:
+        disconnected = True
+        raise
+    except ClientGone:
+        # What aiohttp itself raises in a handler whose client went away: it ends quietly.
+        disconnected = True
+        raise asyncio.CancelledError from None
+    except Exception:
+        if answerer.progress.status:  # the answer already began: nothing better can be sent
+            raise
+        # A gateway bug: still an answer in the client's dialect, counted and logged.
+        env.log.exception("internal_error", request_id=request_id, path=entry.config.path)
+        return answerer.fail(ChatError(500, "internal gateway error", code="INTERNAL_ERROR"))
+    finally:
+        inflight.dec()
+        record(_outcome(entry, request_id, started, answerer, attempts, stream, disconnected,
+                        request, runtime, model, trace),
+               env.metrics, env.log, env.recent)
+
+
+def _outcome(entry: RouteEntry, request_id: str, started: float, answerer: Answerer,
+             attempts: AttemptLog, stream: bool, disconnected: bool, request: web.Request,
+             runtime: Runtime, model: str | None, trace: RequestTrace | None) -> Outcome:
+    p = answerer.progress
+    return Outcome(
+        request_id=request_id, route=entry.config.path, client_dialect=entry.client.name,
+        status=p.status or (499 if disconnected else 500),
+        duration=time.perf_counter() - started,
+        upstream=attempts.upstream, upstream_dialect=attempts.upstream_dialect, stream=stream,
+        ttft=None if p.first_content is None else p.first_content - started,
+        upstream_wait=attempts.upstream_wait, client_wait=p.client_wait, chunks=p.chunks,
+        attempts=tuple(attempts.attempts),
+        dropped=tuple(dict.fromkeys([*attempts.dropped, *p.dropped])), usage=p.usage,
+        error=p.error, disconnected=disconnected,
+        client=client_address(request, runtime.config.server.trusted_proxies),
+        user_agent=request.headers.get("User-Agent"), request_bytes=request.content.total_bytes,
+        response_bytes=p.sent_bytes, model=model, response_model=p.model,
+        finish_reason=p.finish_reason, trace=trace)
+
+
+def _headers_for(request: web.Request, runtime: Runtime, request_id: str) -> Any:
+    def headers(state: UpstreamState, dialect: Dialect, stream: bool) -> dict[str, str]:
+        return upstream_headers(request, runtime.config, state.config, dialect, stream,
+                                request_id)
+    return headers
+
+
+def unrouted(request: web.Request, response: web.Response, env: Env,
+             trusted_proxies: Sequence[str] = ()) -> web.Response:
+    """Counts and logs the answer to a path no route serves, as a proxy's access log shows the
+    scanners and the typos too. One ``none`` label for all such paths: a path in a label would
+    let any client grow the metrics without bound."""
+    request_id = request_id_of(request)
+    response.headers["X-Request-ID"] = request_id
+    record(Outcome(request_id=request_id, route=NONE, client_dialect=NONE,
+                   status=response.status, duration=0.0, path=request.path,
+                   method=request.method, client=client_address(request, trusted_proxies),
+                   user_agent=request.headers.get("User-Agent"),
+                   request_bytes=request.content.total_bytes,
+                   response_bytes=response.content_length or 0), env.metrics, env.log, None)
+    return response

@@ -1,0 +1,298 @@
+"""The three ways an exchange answers its client from an upstream response:
+
+- **whole**: a whole answer, from a whole upstream answer or assembled from its stream;
+- **stream**: the upstream's stream translated on the fly, chunk by chunk;
+- **bridged**: a stream for the client, synthesized from an upstream that answered whole.
+
+Retries happen only before the first byte went to the client; after it, a failure becomes the
+client dialect's error event and the stream ends. What the answer did (chunks, first content,
+time spent writing) is kept in :class:`Progress`, which outlives a client that goes away.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from gateway.canonical import ChatError, ChatRequest, ChatResponse, Usage
+from gateway.carry import Policy, Unsupported
+from gateway.dialects import Dialect
+from gateway.errors import ParseError, UpstreamError
+from gateway.exchange.attempts import Answered
+from gateway.framing import encoder_for
+from gateway.pipeline import (
+    StreamAssembler,
+    StreamTranslator,
+    adapt_response,
+    events_from_response,
+    parse_body,
+    with_session_echo,
+)
+from gateway.runtime import RouteEntry
+from gateway.upstream import UpstreamCall
+
+__all__ = ["Answerer", "ClientGone", "Progress", "error_response"]
+
+_JSON = "application/json"
+_TOO_DEEP = "the upstream answer is nested too deeply to pass on"
+
+
+class ClientGone(Exception):
+    """The client's connection broke while the gateway wrote to it."""
+
+
+@dataclass(slots=True)
+class Progress:
+    """What the answer did so far."""
+
+    status: int = 0
+    """The status sent (once the answer went out)."""
+    chunks: int = 0
+    first_content: float | None = None
+    client_wait: float = 0.0
+    error: str | None = None
+    usage: Usage | None = None
+    dropped: list[str] = field(default_factory=list)
+    sent_bytes: int = 0
+    """Body bytes of the answer: a whole body, or every stream frame written."""
+    model: str | None = None
+    """The model the answer names."""
+    finish_reason: str | None = None
+
+    def drop(self, fields: list[str]) -> None:
+        self.dropped.extend(f for f in fields if f not in self.dropped)
+
+    def answered(self, model: str | None, finish_reason: str | None, sent: int = 0) -> None:
+        """What the answer said of itself (for the access log and the trace)."""
+        self.model = model
+        self.finish_reason = finish_reason
+        self.sent_bytes += sent
+
+
+def error_response(dialect: Dialect, err: ChatError, request_id: str | None = None,
+                   headers: dict[str, str] | None = None) -> web.Response:
+    h = {"X-Request-ID": request_id} if request_id else {}
+    if err.retry_after is not None:
+        h["Retry-After"] = str(max(1, round(err.retry_after)))
+    h.update(headers or {})
+    return web.Response(status=err.status, body=orjson.dumps(dialect.render_error(err)),
+                        content_type=_JSON, headers=h)
+
+
+class Answerer:
+    """Answers one client (``request``, on ``entry``) from whichever upstream call the attempts
+    hand it (:meth:`answer`, an :data:`~gateway.exchange.attempts.UpstreamAnswer`)."""
+
+    __slots__ = ("client", "entry", "policy", "progress", "request", "request_id")
+
+    def __init__(self, request: web.Request, entry: RouteEntry, request_id: str) -> None:
+        self.request = request
+        self.entry = entry
+        self.client = entry.client
+        self.policy: Policy = entry.config.on_unsupported
+        self.request_id = request_id
+        self.progress = Progress()
+
+    def fail(self, err: ChatError, headers: dict[str, str] | None = None) -> web.Response:
+        self.progress.status = err.status
+        self.progress.error = err.message
+        response = error_response(self.client, err, self.request_id, headers)
+        self.progress.sent_bytes = response.content_length or 0
+        return response
+
+    async def answer(self, req: ChatRequest, call: UpstreamCall, dialect: Dialect,
+                     up_stream: bool) -> Answered:
+        if up_stream and call.response.content_type == "text/html":
+            # An error page served with 200 (a proxy's, a login wall's) is never a stream; read
+            # as one it would give no events, and the protocol dialects end by ending.
+            return self._malformed("the upstream answered with an HTML page, not a stream")
+        if req.stream and up_stream:
+            return await self._stream(req, call, dialect)
+        got = await self._whole_of(req, call, dialect, up_stream)
+        if isinstance(got, Answered):
+            return got
+        whole, raw = got
+        if req.stream:
+            return await self._bridged(req, whole)
+        return self._whole(req, whole, raw)
+
+    # --- whole ---------------------------------------------------------------------------------
+
+    def _whole(self, req: ChatRequest, resp: ChatResponse, raw: bytes | None) -> Answered:
+        """``raw``: the upstream's own body, when it is in the client's dialect and needs
+        nothing of the client's put in (it is sent as it came: nothing re-serialised)."""
+        try:
+            resp, lost = adapt_response(resp, self.client, self.policy)
+            body = raw if raw is not None else orjson.dumps(self.client.render_response(resp, req))
+        except Unsupported as e:
+            return Answered(self.fail(ChatError(502, str(e), code="UNSUPPORTED")), "ok")
+        except orjson.JSONEncodeError:
+            return self._malformed(_TOO_DEEP)
+        self.progress.drop(lost)
+        self.progress.usage = resp.usage
+        self.progress.answered(resp.model, resp.finish_reason, len(body))
+        self.progress.status = 200
+        self.progress.first_content = time.perf_counter()
+        return Answered(web.Response(body=body, content_type=_JSON,
+                                     headers={"X-Request-ID": self.request_id}), "ok")
+
+    async def _whole_of(self, req: ChatRequest, call: UpstreamCall, dialect: Dialect,
+                        up_stream: bool) -> tuple[ChatResponse, bytes | None] | Answered:
+        """The upstream's whole answer (and its raw body, when it may be passed on as it came),
+        or the error answer that replaces it."""
+        if up_stream:
+            assembled = await self._assembled(req, call, dialect)
+            return assembled if isinstance(assembled, Answered) else (assembled, None)
+        raw = await call.read_whole()
+        try:
+            body = parse_body(raw)
+            declared = dialect.parse_error(body)
+            if declared is not None:
+                return self._malformed(declared.message, declared.code, declared.type)
+            resp = dialect.parse_response(body)
+        except ParseError as e:
+            return self._malformed(f"the upstream answer could not be read: {e}")
+        # Same dialect both sides (a round trip is exact) and nothing of the client's to put in:
+        # the session-state spelling it used, or its state echoed to it.
+        same = (dialect is self.client and "session_key" not in req.hints
+                and (resp.session_state is not None or req.session_state is None))
+        return with_session_echo(resp, req), raw if same else None
+
+    async def _assembled(self, req: ChatRequest, call: UpstreamCall,
+                         dialect: Dialect) -> ChatResponse | Answered:
+        assembler = StreamAssembler(dialect, call.config.max_line_bytes)
+        got_data = False
+        try:
+            async with call.whole_deadline():
+                async for chunk in call.chunks():
+                    got_data = got_data or not chunk.isspace()
+                    assembler.feed(chunk)
+                    if assembler.error is not None:
+                        break
+        except TimeoutError as e:
+            raise UpstreamError("timeout", "the upstream did not finish its answer in time") from e
+        if not got_data:
+            return self._malformed("the upstream sent an empty stream")
+        resp = assembler.finish()
+        err = assembler.error
+        if err is None:
+            return with_session_echo(resp, req)
+        if assembler.broken or err.status < 400:
+            return self._malformed(err.message, err.code)
+        return Answered(self.fail(ChatError(err.status, err.message, err.code)), "malformed")
+
+    def _malformed(self, message: str, code: str | None = None,
+                   kind: str | None = None) -> Answered:
+        return Answered(self.fail(ChatError(502, message, code=code or "BAD_GATEWAY",
+                                            type=kind)), "malformed")
+
+    # --- streams -------------------------------------------------------------------------------
+
+    async def _start_stream(self) -> web.StreamResponse:
+        resp = web.StreamResponse(status=200, headers={
+            "Content-Type": self.entry.stream_content_type,
+            "Cache-Control": "no-cache",
+            "X-Request-ID": self.request_id,
+            "X-Accel-Buffering": "no",
+        })
+        try:
+            await resp.prepare(self.request)
+        except (ConnectionError, aiohttp.ClientConnectionResetError) as e:
+            raise ClientGone from e
+        self.progress.status = 200
+        return resp
+
+    async def _write(self, resp: web.StreamResponse, data: bytes) -> None:
+        t0 = time.perf_counter()
+        self.progress.sent_bytes += len(data)
+        try:
+            await resp.write(data)
+        except (ConnectionError, aiohttp.ClientConnectionResetError) as e:
+            raise ClientGone from e
+        finally:
+            self.progress.client_wait += time.perf_counter() - t0
+
+    async def _stream(self, req: ChatRequest, call: UpstreamCall,
+                      dialect: Dialect) -> Answered:
+        tr = StreamTranslator(dialect, self.client, req, max_size=call.config.max_line_bytes,
+                              policy=self.policy)
+        resp: web.StreamResponse | None = None
+        fault = "ok"
+        got_data = False
+        try:
+            async for chunk in call.chunks():
+                got_data = got_data or not chunk.isspace()
+                out = tr.feed(chunk)
+                if not out:
+                    continue
+                if resp is None:
+                    if tr.broken:  # nothing sent yet: a plain HTTP error says it best
+                        return self._malformed(_stream_error(tr))
+                    resp = await self._start_stream()
+                await self._sent(resp, out, tr)
+                if tr.done:
+                    break
+            out = tr.finish()
+        except UpstreamError as e:
+            if resp is None:
+                raise  # no byte went out: another upstream may answer
+            fault = e.kind
+            out = tr.abort(f"the upstream failed mid-stream: {e.message}",
+                           504 if e.kind == "timeout" else 502)
+        if resp is None and not got_data:  # no event at all is no answer, though some dialects
+            return self._malformed("the upstream sent an empty stream")  # end by ending
+        return await self._end_stream(resp, out, tr, fault)
+
+    async def _end_stream(self, resp: web.StreamResponse | None, out: bytes,
+                          tr: StreamTranslator, fault: str) -> Answered:
+        if resp is None:
+            if tr.broken:
+                return self._malformed(_stream_error(tr))
+            resp = await self._start_stream()
+        if out:
+            await self._sent(resp, out, tr)
+        self.progress.drop(tr.dropped)
+        self.progress.usage = tr.usage
+        self.progress.answered(tr.model, tr.finish_reason)
+        if tr.error is not None:
+            self.progress.error = tr.error.message
+        await resp.write_eof()
+        return Answered(resp, fault if fault != "ok" else "malformed" if tr.broken else "ok")
+
+    async def _sent(self, resp: web.StreamResponse, out: bytes, tr: StreamTranslator) -> None:
+        await self._write(resp, out)
+        self.progress.chunks = tr.chunks
+        if self.progress.first_content is None and tr.content_started:
+            self.progress.first_content = time.perf_counter()
+
+    async def _bridged(self, req: ChatRequest, whole: ChatResponse) -> Answered:
+        """A stream for a client of an upstream that never streams, from its whole answer."""
+        try:
+            whole, lost = adapt_response(whole, self.client, self.policy)
+            encoder, frame = self.client.encoder(req), encoder_for(self.client.framing)
+            # all encoded before the 200 goes out, so that a failure can still be an HTTP error
+            frames = [[frame(p) for p in encoder.encode(e)] for e in events_from_response(whole)]
+        except Unsupported as e:
+            return Answered(self.fail(ChatError(502, str(e), code="UNSUPPORTED")), "ok")
+        except orjson.JSONEncodeError:
+            return self._malformed(_TOO_DEEP)
+        self.progress.drop(lost)
+        self.progress.usage = whole.usage
+        self.progress.answered(whole.model, whole.finish_reason)
+        resp = await self._start_stream()
+        for group in frames:
+            for data in group:
+                await self._write(resp, data)
+                self.progress.chunks += 1
+            if self.progress.first_content is None and self.progress.chunks > 1:
+                self.progress.first_content = time.perf_counter()
+        await resp.write_eof()
+        return Answered(resp, "ok")
+
+
+def _stream_error(tr: StreamTranslator) -> str:
+    return tr.error.message if tr.error else "the upstream stream is malformed"

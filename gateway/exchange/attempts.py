@@ -1,0 +1,215 @@
+"""The upstream attempts of one exchange: order (balancer), failover and retries, health, and
+the upstream's error statuses. One attempt ends in exactly one of three typed results:
+:class:`Answered` (the client has its answer), :class:`Retry` (this upstream failed before the
+client got a byte: another may try), :class:`Final` (an answer that ends the attempts, e.g. the
+upstream's 4xx)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, NamedTuple
+
+import orjson
+from aiohttp import web
+
+from gateway.balancer import Balancer, NoCapacity, UpstreamState
+from gateway.canonical import ChatError, ChatRequest
+from gateway.carry import Unsupported
+from gateway.config import HealthConfig, RouteConfig
+from gateway.dialects import Dialect, get
+from gateway.errors import ParseError, UpstreamError
+from gateway.exchange.outcome import NONE, Attempt
+from gateway.pipeline import adapt_request, parse_body
+from gateway.upstream import Transport, UpstreamCall, start_call
+
+if TYPE_CHECKING:
+    from gateway.tracing import RequestTrace
+
+__all__ = ["Answered", "AttemptLog", "Final", "Retry", "UpstreamAnswer", "run_attempts"]
+
+
+class Answered(NamedTuple):
+    response: web.StreamResponse
+    outcome: str
+    """The attempt's outcome: ok, or the fault found while answering (malformed, connect, …)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    error: ChatError
+    retry_after: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Final:
+    error: ChatError
+
+
+@dataclass(slots=True)
+class AttemptLog:
+    """What the attempts did so far (read by the exchange even when it is cut short)."""
+
+    attempts: list[Attempt] = field(default_factory=list)
+    upstream: str = NONE
+    upstream_dialect: str = NONE
+    upstream_wait: float = 0.0
+    dropped: list[str] = field(default_factory=list)
+
+
+UpstreamAnswer = Callable[[ChatRequest, UpstreamCall, Dialect, bool], Awaitable[Answered]]
+"""Answers the client from an upstream response: ``(request, call, dialect, upstream
+streams)``; raises :class:`UpstreamError` when the upstream fails before the client got a byte."""
+Headers = Callable[[UpstreamState, Dialect, bool], dict[str, str]]
+
+
+class AttemptContext(NamedTuple):
+    """What every attempt of one request shares (a tuple: built once per request, cheaply)."""
+
+    route: RouteConfig
+    states: dict[str, UpstreamState]
+    health: HealthConfig
+    transport: Transport
+    balancer: Balancer
+    headers: Headers
+    answer: UpstreamAnswer
+    log: object
+    request_id: str
+    trace: RequestTrace | None
+    """The request's spans (tracing on): one client span per attempt that calls an upstream."""
+
+
+async def run_attempts(ctx: AttemptContext, req: ChatRequest, started: float,
+                       log: AttemptLog) -> web.StreamResponse | ChatError:
+    """Try the route's upstreams in the balancer's order until one answers; the response, or
+    the error to answer with."""
+    route = ctx.route
+    order = ctx.balancer.order(route, ctx.states)
+    allowed = route.retries.attempts or len(order)
+    deadline = started + route.retries.total_timeout
+    last = ChatError(502, "no upstream could be reached", code="BAD_GATEWAY")
+    for tried in range(1, allowed + 1):
+        state = ctx.states[order[(tried - 1) % len(order)]]
+        result = await _attempt(ctx, req, state, log)
+        match result:
+            case Answered():
+                return result.response
+            case Final():
+                return result.error
+            case Retry():
+                last = result.error
+        remaining = deadline - time.perf_counter()
+        if tried >= allowed or remaining <= 0:
+            break
+        if result.retry_after:
+            await asyncio.sleep(min(result.retry_after, route.retries.retry_after_max, remaining))
+    return last
+
+
+async def _attempt(ctx: AttemptContext, req: ChatRequest, state: UpstreamState,
+                   log: AttemptLog) -> Answered | Retry | Final:
+    up = state.config
+    dialect = get(up.dialect)
+    up_stream = req.stream if up.streaming == "auto" else up.streaming == "always"
+    body = _render(req, dialect, up_stream, up.model, up.max_tokens, ctx.route, log)
+    if isinstance(body, Final):
+        return body
+    log.upstream, log.upstream_dialect = state.name, dialect.name
+    if not state.limited:  # most upstreams: nothing to wait for, no context to enter
+        return await _call(ctx, req, state, dialect, body, up_stream, log)
+    try:
+        async with state.slot():
+            return await _call(ctx, req, state, dialect, body, up_stream, log)
+    except NoCapacity:
+        log.attempts.append(Attempt(state.name, "rejected"))
+        return Retry(ChatError(503, f"upstream {state.name} is at capacity", code="UNAVAILABLE",
+                               retry_after=up.queue_timeout))
+
+
+def _render(req: ChatRequest, dialect: Dialect, up_stream: bool, model: str | None,
+            max_tokens: int | None, route: RouteConfig, log: AttemptLog) -> bytes | Final:
+    try:
+        sent, lost = adapt_request(req, dialect, route.on_unsupported)
+    except Unsupported as e:
+        return Final(ChatError(400, str(e), code="UNSUPPORTED", param=e.fields[0]))
+    log.dropped.extend(f for f in lost if f not in log.dropped)
+    try:
+        return orjson.dumps(dialect.render_request(sent, stream=up_stream, model=model,
+                                                   max_tokens=max_tokens))
+    except orjson.JSONEncodeError:  # read fine (1024 levels), cannot be written (254)
+        return Final(ChatError(400, "invalid request: the body is nested too deeply to pass on",
+                               code="BAD_REQUEST"))
+
+
+async def _call(ctx: AttemptContext, req: ChatRequest, state: UpstreamState, dialect: Dialect,
+                body: bytes, up_stream: bool, log: AttemptLog) -> Answered | Retry | Final:
+    state.begin(time.monotonic())
+    call: UpstreamCall | None = None
+    trace = ctx.trace
+    try:
+        headers = ctx.headers(state, dialect, up_stream)
+        if trace is not None:  # its span is the upstream's parent: in the headers it gets
+            trace.attempt(state, dialect, req, headers)
+        call = await start_call(ctx.transport, state.config, body, headers, stream=up_stream)
+        if call.status >= 400:
+            return await _upstream_status(ctx, call, state, dialect, log)
+        answered = await ctx.answer(req, call, dialect, up_stream)
+    except UpstreamError as e:
+        return _upstream_failed(ctx, state, e, log)
+    except asyncio.CancelledError:
+        state.trial = False
+        raise
+    finally:
+        if call is not None:
+            log.upstream_wait += call.waited
+            call.close()
+        if trace is not None:
+            trace.attempt_ended()
+    seconds = time.perf_counter() - call.started
+    log.attempts.append(Attempt(state.name, answered.outcome, seconds, call.status))
+    if answered.outcome == "ok":
+        state.succeeded()
+    else:
+        state.failed(ctx.health, time.monotonic())
+    return answered
+
+
+def _upstream_failed(ctx: AttemptContext, state: UpstreamState, e: UpstreamError,
+                     log: AttemptLog) -> Retry:
+    state.failed(ctx.health, time.monotonic())
+    log.attempts.append(Attempt(state.name, e.kind))
+    ctx.log.warning("upstream_error", request_id=ctx.request_id,  # type: ignore[attr-defined]
+                    upstream=state.name, kind=e.kind, error=e.message)
+    status = 504 if e.kind == "timeout" else 502
+    code = "GATEWAY_TIMEOUT" if status == 504 else "BAD_GATEWAY"
+    return Retry(ChatError(status, f"upstream {state.name}: {e.message}", code=code))
+
+
+async def _upstream_status(ctx: AttemptContext, call: UpstreamCall, state: UpstreamState,
+                           dialect: Dialect, log: AttemptLog) -> Retry | Final:
+    status = call.status
+    raw = await call.read_error()
+    err = ChatError(status, f"the upstream answered HTTP {status}")
+    try:
+        parsed = dialect.parse_error(parse_body(raw)) if raw else None
+    except ParseError:
+        parsed = None  # an HTML error page: its text is not for the client
+    if parsed is not None:
+        err = ChatError(status, parsed.message, parsed.code, parsed.type, parsed.param)
+    log.attempts.append(Attempt(state.name, "status", time.perf_counter() - call.started,
+                                status))
+    if status == 429 or status >= 500:
+        retry_after = call.retry_after()
+        err.retry_after = retry_after if status in (429, 503) else None
+        if status >= 500:
+            state.failed(ctx.health, time.monotonic())
+        else:
+            state.trial = False
+        ctx.log.warning("upstream_status", request_id=ctx.request_id,  # type: ignore[attr-defined]
+                        upstream=state.name, status=status)
+        return Retry(err, retry_after)
+    # Another 4xx is the client's problem: answer it now, never retry.
+    state.succeeded()
+    return Final(err)

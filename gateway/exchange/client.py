@@ -1,0 +1,84 @@
+"""The client side of an exchange: method, API key, body, parse, and whether a stream is wanted.
+
+Every refusal is a :class:`Refused` carrying the error the client gets, in its own dialect.
+"""
+
+from __future__ import annotations
+
+import os
+
+from aiohttp import web
+
+from gateway.auth import accepted_key
+from gateway.canonical import ChatError, ChatRequest
+from gateway.config import GatewayConfig
+from gateway.errors import ParseError
+from gateway.pipeline import parse_body
+from gateway.runtime import RouteEntry
+
+__all__ = ["Refused", "read_chat_request", "request_id_of"]
+
+
+class Refused(Exception):
+    """The request is answered before any upstream is tried."""
+
+    def __init__(self, error: ChatError, headers: dict[str, str] | None = None) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.headers = headers or {}
+
+
+def request_id_of(request: web.Request) -> str:
+    """The client's ``X-Request-ID`` when it is a sane token, else a new one."""
+    rid = request.headers.get("X-Request-ID", "")
+    if rid and len(rid) <= 128 and rid.isprintable() and rid.isascii():
+        return rid
+    return os.urandom(16).hex()  # the shape of uuid4().hex at a quarter of its cost
+
+
+async def read_chat_request(request: web.Request, entry: RouteEntry,
+                            config: GatewayConfig) -> ChatRequest:
+    """The client's request in canonical form, or :class:`Refused`."""
+    if request.method != "POST":
+        raise Refused(ChatError(405, f"{request.method} is not allowed here; use POST",
+                                code="METHOD_NOT_ALLOWED"), {"Allow": "POST, OPTIONS"})
+    keys = config.auth.api_keys
+    if keys and accepted_key(request, keys) is None:
+        raise Refused(ChatError(401, "a valid API key is required", code="UNAUTHORIZED",
+                                type="authentication_error"))
+    raw = await _read_body(request, config.server.max_body_bytes)
+    try:
+        req = entry.client.parse_request(parse_body(raw))
+    except ParseError as e:
+        raise Refused(ChatError(400, f"invalid request: {e}", param=e.where or None)) from None
+    req.stream = _wants_stream(request, entry, req)
+    req.options = entry.options
+    return req
+
+
+async def _read_body(request: web.Request, limit: int) -> bytes:
+    too_large = Refused(ChatError(413, f"the request body is over {limit} bytes",
+                                  code="PAYLOAD_TOO_LARGE"))
+    length = request.content_length
+    if length is not None:
+        if length > limit:
+            raise too_large
+        try:
+            return await request.read()  # exactly ``length`` bytes, one buffer
+        except web.HTTPRequestEntityTooLarge:  # the app's own limit, set at startup
+            raise too_large from None
+    buf = bytearray()
+    async for chunk in request.content.iter_chunked(65536):
+        buf += chunk
+        if len(buf) > limit:
+            raise too_large
+    return bytes(buf)
+
+
+def _wants_stream(request: web.Request, entry: RouteEntry, req: ChatRequest) -> bool:
+    if entry.stream is not None:
+        return entry.stream
+    if req.stream:
+        return True
+    return (entry.client.stream_by_accept
+            and "text/event-stream" in request.headers.get("Accept", ""))

@@ -1,0 +1,58 @@
+"""The headers an upstream request carries: the gateway's own, the client's credentials when
+they are the upstream's to check, what the client's request passes on (trace context, user
+agent, forwarding chain), and last the upstream's configured ``headers``, which win."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from gateway.config import GatewayConfig, ServerConfig, UpstreamConfig
+from gateway.dialects import Dialect
+from gateway.forwarding import forwarded_headers
+
+__all__ = ["passed_headers", "upstream_headers"]
+
+_JSON = "application/json"
+_CLIENT_KEY = ("Authorization", "x-api-key", "OpenAI-Organization", "OpenAI-Project")
+"""The client's key, and what belongs with it: an OpenAI organization or project goes only
+beside the client's own key, never beside the upstream's (OpenAI refuses a key of another
+organization); a backend that does not know these headers ignores them."""
+_TRACE_CONTEXT = ("traceparent", "tracestate")
+
+
+def upstream_headers(request: web.Request, config: GatewayConfig, up: UpstreamConfig,
+                     dialect: Dialect, stream: bool, request_id: str) -> dict[str, str]:
+    headers = {"Content-Type": _JSON, "X-Request-ID": request_id}
+    if stream and dialect.framing == "sse":
+        # Some backends choose the stream by this header alone (a Chat UI backend does).
+        headers["Accept"] = "text/event-stream"
+    # The client's credentials go on only when the gateway does not check keys itself (then
+    # they are the gateway's) and the upstream has none of its own.
+    if not config.auth.api_keys and not up.has_own_credentials:
+        for name in _CLIENT_KEY:
+            value = request.headers.get(name)
+            if value:
+                headers[name] = value
+    headers.update(passed_headers(request, config.server))
+    headers.update(up.headers)
+    return headers
+
+
+def passed_headers(request: web.Request, server: ServerConfig) -> dict[str, str]:
+    """What the client's request hands on to every upstream: its trace context (W3C
+    ``traceparent`` and ``tracestate``; replaced by the gateway's own span when tracing is on),
+    its ``User-Agent`` as ``server.upstream_user_agent`` says, and ``X-Forwarded-For`` /
+    ``X-Forwarded-Proto`` (:mod:`gateway.forwarding`)."""
+    out = forwarded_headers(request, server.trusted_proxies)
+    for name in _TRACE_CONTEXT:
+        value = request.headers.get(name)
+        if value:
+            out[name] = value
+    agent = server.upstream_user_agent
+    if agent == "pass":
+        value = request.headers.get("User-Agent")
+        if value:
+            out["User-Agent"] = value
+    elif agent != "none":
+        out["User-Agent"] = agent
+    return out
