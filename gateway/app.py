@@ -4,38 +4,56 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
-import aiohttp
 from aiohttp import web
 
 from gateway import handlers, status
+from gateway.admin import add_admin_routes
 from gateway.balancer import Balancer, UpstreamState
 from gateway.config import GatewayConfig, load_config
-from gateway.errors import ConfigError
+from gateway.errors import ConfigError, UpstreamError
+from gateway.exchange import Env
 from gateway.keys import (
     BALANCER,
+    ENV,
     LOG,
     METRICS,
     RECENT,
     RELOADER,
     RUNTIME,
-    SESSION,
+    TRACING,
+    TRANSPORT,
+    WORKER,
     RuntimeHolder,
 )
 from gateway.log import get_logger
 from gateway.metrics import Metrics
 from gateway.runtime import Runtime
+from gateway.tracing_settings import tracing_settings
 from gateway.traffic import RecentTraffic
+from gateway.upstream import Transport, UpstreamRequest, make_transport
+from gateway.worker_status import WorkerFacts
+
+if TYPE_CHECKING:
+    from gateway.tracing import Tracing
 
 __all__ = ["create_app"]
 
 
 def create_app(config: GatewayConfig, *, config_path: str | Path | None = None,
-               metrics: Metrics | None = None) -> web.Application:
+               metrics: Metrics | None = None,
+               transport: Transport | None = None,
+               tracing: Tracing | None = None) -> web.Application:
+    """``transport``: how upstreams are reached (default: the client ``server.upstream_client``
+    names, opened and closed with the app); a test passes a
+    :class:`~gateway.upstream.MemoryTransport`. ``tracing``: where spans go (default: as the
+    config's ``tracing`` section and the ``OTEL_*`` variables say, or nowhere); a test passes one
+    with the SDK's in-memory exporter."""
     # A bound logger, not structlog's lazy proxy: the proxy rebuilds itself on every call (about
     # 3 µs even for a filtered-out event), and every request logs. Logging is configured before
     # an app is created (serve, and the tests that capture logs).
@@ -55,7 +73,9 @@ def create_app(config: GatewayConfig, *, config_path: str | Path | None = None,
     app[METRICS] = m
     app[BALANCER] = Balancer()
     app[RECENT] = RecentTraffic()
+    app[WORKER] = WorkerFacts.start(config_path)
     app[LOG] = log
+    app[TRACING] = tracing if tracing is not None else _configured_tracing(config)
 
     async def reloader() -> list[tuple[str, str]]:
         if config_path is None:
@@ -75,29 +95,59 @@ def create_app(config: GatewayConfig, *, config_path: str | Path | None = None,
             m.upstream_healthy.labels(name).set(1 if states[name].healthy else 0)
         m.config_reloads.labels("ok").inc()
         log.info("config_reloaded", routes=len(new.routes), upstreams=len(new.upstreams))
+        if new.history != config.history:  # its routes and store are set up at start
+            log.warning("history_config_needs_restart")
         return []
 
-    app[RELOADER] = reloader
-    app.cleanup_ctx.append(_client_session)
+    async def noted_reload() -> list[tuple[str, str]]:  # for the status page
+        problems = await reloader()
+        app[WORKER].note_reload(problems)
+        return problems
+
+    app[RELOADER] = noted_reload
+    app.cleanup_ctx.append(_tracing)
+    app.cleanup_ctx.append(_transport(transport, config.server.upstream_client))
     app.cleanup_ctx.append(_health_checks)
+    app.cleanup_ctx.append(status.publish)
     app.on_response_prepare.append(_cors)
     app.router.add_get("/healthz", handlers.healthz)
     app.router.add_get("/readyz", handlers.readyz)
-    app.router.add_get("/metrics", handlers.metrics)
-    app.router.add_post("/admin/reload", handlers.reload)
-    app.router.add_get("/", status.page)
-    app.router.add_get("/api/status", status.snapshot)
+    add_admin_routes(app, config)  # /metrics, /api/status, /, /static, /admin (or admin_port)
+    if config.history is not None:  # before the catch-all; the store opens with the app
+        from gateway.history.api import add_history
+
+        add_history(app, config.history)
     app.router.add_route("*", "/{tail:.*}", handlers.chat)
     return app
 
 
-async def _client_session(app: web.Application) -> AsyncIterator[None]:
-    connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=30,
-                                     enable_cleanup_closed=True)
-    async with aiohttp.ClientSession(connector=connector, auto_decompress=True,
-                                     skip_auto_headers=("User-Agent",)) as session:
-        app[SESSION] = session
-        yield
+def _transport(given: Transport | None, client: Literal["fast", "aiohttp"]) -> Any:
+    async def ctx(app: web.Application) -> AsyncIterator[None]:
+        transport = given or make_transport(client)
+        app[TRANSPORT] = transport
+        app[ENV] = Env(transport, app[METRICS], app[BALANCER], app[RECENT], app[LOG],
+                       app[TRACING])
+        try:
+            yield
+        finally:
+            await transport.aclose()
+    return ctx
+
+
+def _configured_tracing(config: GatewayConfig) -> Tracing | None:
+    settings = tracing_settings(config.tracing, os.environ)
+    if settings is None:
+        return None
+    from gateway.tracing import Tracing  # OpenTelemetry only when it is used
+
+    return Tracing(settings)
+
+
+async def _tracing(app: web.Application) -> AsyncIterator[None]:
+    yield
+    tracing = app[TRACING]
+    if tracing is not None:  # after the transport closed: the last spans are ended
+        await tracing.aclose()
 
 
 async def _health_checks(app: web.Application) -> AsyncIterator[None]:
@@ -111,7 +161,6 @@ async def _health_checks(app: web.Application) -> AsyncIterator[None]:
 async def _check_loop(app: web.Application) -> None:
     """Active checks: GET each ``health_url`` every ``health_interval``; 2xx is up."""
     next_at: dict[str, float] = {}
-    log = app[LOG]
     while True:
         runtime = app[RUNTIME].current
         now = time.monotonic()
@@ -120,21 +169,21 @@ async def _check_loop(app: web.Application) -> None:
         for name, state in due:
             next_at[name] = now + state.config.health_interval
         if due:
-            await asyncio.gather(*(_check(app[SESSION], s, runtime, log) for _, s in due))
+            await asyncio.gather(*(_check(app[TRANSPORT], s, runtime) for _, s in due))
         await asyncio.sleep(0.5)
 
 
-async def _check(session: aiohttp.ClientSession, state: UpstreamState, runtime: Runtime,
-                 log: Any) -> None:
+async def _check(transport: Transport, state: UpstreamState, runtime: Runtime) -> None:
     url = state.config.health_url
     assert url is not None
-    ok = False
+    bound = min(state.config.health_interval, 5.0)
     try:
-        timeout = aiohttp.ClientTimeout(total=min(state.config.health_interval, 5.0))
-        async with session.get(url, timeout=timeout, allow_redirects=False) as resp:
-            ok = resp.status < 300
-    except (aiohttp.ClientError, TimeoutError, OSError):
+        response = await transport.send(UpstreamRequest(url, b"", {}, bound, bound, "GET"))
+    except UpstreamError:
         ok = False
+    else:
+        ok = response.status < 300
+        response.close()
     if ok:
         state.succeeded()
     else:
@@ -160,9 +209,11 @@ async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
 
 
 async def _cors(request: web.Request, response: web.StreamResponse) -> None:
-    cors = request.app[RUNTIME].current.config.server.cors
     origin = request.headers.get("Origin")
-    if not cors.allow_origins or not origin:
+    if not origin:  # not a browser's cross-origin request: most requests stop here
+        return
+    cors = request.app[RUNTIME].current.config.server.cors
+    if not cors.allow_origins:
         return
     if "*" not in cors.allow_origins and origin not in cors.allow_origins:
         return
@@ -174,6 +225,7 @@ async def _cors(request: web.Request, response: web.StreamResponse) -> None:
     if cors.allow_credentials:
         h["Access-Control-Allow-Credentials"] = "true"
     if request.method == "OPTIONS":
-        h["Access-Control-Allow-Methods"] = "POST, OPTIONS"
+        # The history endpoints answer their preflight with the methods they serve.
+        h["Access-Control-Allow-Methods"] = response.headers.get("Allow", "POST, OPTIONS")
         h["Access-Control-Allow-Headers"] = ", ".join(cors.allow_headers)
         h["Access-Control-Max-Age"] = str(cors.max_age)

@@ -7,71 +7,156 @@ rename.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
+from collections.abc import Collection, Iterable
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
-from gateway.dialects import DIALECT_NAMES, get
+from gateway.dialects import DIALECTS, get
 from gateway.errors import ConfigError
 
 __all__ = [
+    "ENV_REFERENCE",
     "RESERVED_PATHS",
     "AuthConfig",
     "CorsConfig",
     "GatewayConfig",
     "HealthConfig",
+    "HistoryConfig",
     "RetryConfig",
     "RouteConfig",
     "RouteUpstream",
     "ServerConfig",
+    "TracingConfig",
     "UpstreamConfig",
+    "check_structure",
     "load_config",
     "parse_config",
+    "read_config_file",
 ]
 
-DialectName = Literal["protocol-2024-01-28", "protocol-2024-05-29", "chatui", "openai"]
-assert set(DialectName.__args__) == set(DIALECT_NAMES)  # type: ignore[attr-defined]
+
+
+def _known_dialect(name: str) -> str:
+    if name not in DIALECTS:
+        raise ValueError(f"unknown dialect {name!r} (known: {', '.join(DIALECTS)})")
+    return name
+
+
+def _dialect_schema(schema: dict[str, Any]) -> None:
+    schema["enum"] = list(DIALECTS)
+
+
+DialectName = Annotated[str, AfterValidator(_known_dialect), WithJsonSchema({"type": "string"}),
+                        Field(json_schema_extra=_dialect_schema)]
+"""A registered dialect's name (:mod:`gateway.dialects`): the registry is the only list."""
 RESERVED_PATHS = frozenset({"/", "/healthz", "/readyz", "/metrics", "/admin/reload",
                             "/api/status"})
 Seconds = Annotated[float, Field(gt=0)]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # use_attribute_docstrings: the docstring under each field is its description in the JSON
+    # Schema (`chat-gateway schema`), so editors show the same words as this file.
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 class CorsConfig(_Model):
     """Off unless ``allow_origins`` names at least one origin (``"*"`` for any)."""
 
     allow_origins: list[str] = []
+    """Origins whose browser requests are allowed (``Access-Control-Allow-Origin``); ``"*"`` for
+    any."""
     allow_headers: list[str] = ["Content-Type", "Authorization", "X-Request-ID", "api-key"]
+    """Request headers a browser may send (``Access-Control-Allow-Headers``)."""
     allow_credentials: bool = False
+    """Allow cookies and credentials on cross-origin requests."""
     max_age: int = 600
+    """Seconds a browser may cache a preflight answer."""
 
 
 class ServerConfig(_Model):
+    """The listener and what the gateway itself serves."""
+
     host: str = "127.0.0.1"
+    """Address to listen on (``0.0.0.0`` for every interface); ``serve --host`` overrides it."""
     port: int = Field(8080, ge=0, le=65535)
+    """Port to listen on; ``serve --port`` overrides it."""
     max_body_bytes: int = Field(1024 * 1024, gt=0)
     """Request bodies past this get 413."""
     shutdown_grace: Seconds = 30.0
     """On SIGTERM, how long in-flight streams may take to finish."""
     cors: CorsConfig = CorsConfig()
+    """Cross-origin (browser) access; off unless ``allow_origins`` is set."""
     admin: bool = True
     """Serve ``POST /admin/reload`` (answered only to loopback clients)."""
+    upstream_client: Literal["fast", "aiohttp"] = "fast"
+    """How upstreams are reached: ``fast``, the gateway's own HTTP/1.1 keep-alive client
+    (httptools), or ``aiohttp``, aiohttp's client (the fallback). Read at start; a reload does
+    not switch it."""
+    loop: Literal["auto", "asyncio", "uvloop"] = "auto"
+    """The event loop: ``auto`` is uvloop when it is installed, else asyncio's own
+    (``--loop`` overrides it). Read at start."""
+    admin_port: int | None = Field(None, ge=0, le=65535)
+    """When set, ``/metrics``, ``/api/status``, ``/``, ``/static/*`` and ``/admin/*`` are
+    served on this port only (a second listener of the same process; every worker shares it
+    as it shares ``port``), and no longer on ``port``. Read at start."""
+    admin_host: str | None = None
+    """Address of the admin listener (default: ``host``), e.g. ``127.0.0.1`` to keep it
+    local while ``host`` is ``0.0.0.0``. Read at start."""
+    trusted_proxies: list[str] = []
+    """Addresses or CIDRs (``10.0.0.0/8``, ``::1``) of proxies in front of the gateway: a
+    request from one of them has its ``X-Forwarded-For`` chain kept (the gateway appends the
+    peer) and its client read from that chain; from any other peer a new chain starts."""
+    upstream_user_agent: str = "pass"
+    """The ``User-Agent`` sent upstream: ``pass`` (the client's, when it sent one), ``none``
+    (no such header), or any other text, sent as it is. An upstream's own ``headers`` win."""
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, v: list[str]) -> list[str]:
+        for entry in v:
+            try:
+                ipaddress.ip_network(entry.strip(), strict=False)
+            except ValueError:
+                raise ValueError(f"{entry!r} is not an IP address or CIDR") from None
+        return v
+
+    @model_validator(mode="after")
+    def _two_ports(self) -> ServerConfig:
+        if self.admin_port and self.admin_port == self.port:
+            raise ValueError(f"admin_port {self.admin_port} is also the main port")
+        return self
 
 
 class LoggingConfig(_Model):
+    """The structured log written to stdout."""
+
     format: Literal["json", "console"] = "json"
+    """``json``: one JSON object per line; ``console``: for people. ``--log-format`` overrides
+    it."""
     level: Literal["debug", "info", "warning", "error"] = "info"
+    """The least severe events logged."""
 
 
 class AuthConfig(_Model):
+    """Client authentication."""
+
     api_keys: list[str] = []
     """When set, every route requires ``Authorization: Bearer <key>`` or ``api-key: <key>``."""
 
@@ -84,6 +169,8 @@ class AuthConfig(_Model):
 
 
 class HealthConfig(_Model):
+    """Passive health checks: upstreams that keep failing are taken out for a while."""
+
     failure_threshold: int = Field(5, ge=1)
     """Consecutive failures that take an upstream out."""
     ejection_seconds: Seconds = 30.0
@@ -91,17 +178,28 @@ class HealthConfig(_Model):
 
 
 class UpstreamConfig(_Model):
+    """A backend the gateway forwards to, in its own dialect."""
+
     dialect: DialectName
+    """The dialect the upstream speaks."""
     url: str
     """The chat endpoint, full URL."""
     stream_url: str | None = None
     """Where streamed requests go (protocol-2024-05-29: ``url + "/stream"``; others: ``url``)."""
     model: str | None = None
-    """Sent to OpenAI upstreams when the client names no model."""
+    """Sent to upstreams whose dialect names a model when the client names none."""
+    models: list[str] = []
+    """More models this upstream serves, for the model list of the routes that use it
+    (``GET /v1/models``, where the route's dialect lists models); ``model`` is listed too."""
+    max_tokens: int | None = Field(None, gt=0)
+    """The output cap sent when the client sets none, to a dialect that requires one
+    (Anthropic's ``max_tokens``); unset, such a dialect gets 4096."""
     headers: dict[str, str] = {}
+    """Headers sent with every request to it (credentials: use ``${VAR}``); never logged."""
     timeout: Seconds = 60.0
     """Bound on a whole answer, and on the wait for a stream's first byte."""
     connect_timeout: Seconds = 5.0
+    """Bound on opening a connection to it."""
     first_byte_timeout: Seconds | None = None
     """Defaults to ``timeout``."""
     idle_timeout: Seconds | None = None
@@ -110,10 +208,14 @@ class UpstreamConfig(_Model):
     """auto: stream when the client does; always: the upstream only streams; never: it never
     does."""
     max_inflight: int | None = Field(None, ge=1)
+    """Most concurrent requests to it (default: no limit); past it, requests wait up to
+    ``queue_timeout``."""
     queue_timeout: Seconds = 5.0
     """How long a request waits for a ``max_inflight`` slot before 503."""
     health_url: str | None = None
+    """Fetched every ``health_interval`` when set; a non-2xx answer takes the upstream out."""
     health_interval: Seconds = 10.0
+    """Seconds between two active health checks."""
     max_line_bytes: int = Field(8 * 1024 * 1024, gt=0)
     """Longest stream line or event accepted from the upstream."""
 
@@ -124,6 +226,15 @@ class UpstreamConfig(_Model):
             raise ValueError("must be an absolute http:// or https:// URL")
         return v
 
+    @cached_property
+    def has_own_credentials(self) -> bool:
+        """Credentials of its own: an ``Authorization``, ``api-key`` or ``x-api-key`` header,
+        or a ``user:password@`` in a URL (then the client's key is never passed on). Cached: a
+        frozen config's answer never changes."""
+        own = {k.lower() for k in self.headers}
+        return bool(own & {"authorization", "api-key", "x-api-key"}) or any(
+            u is not None and "@" in u.split("/", 3)[2] for u in (self.url, self.stream_url))
+
     @property
     def effective_stream_url(self) -> str:
         if self.stream_url:
@@ -133,11 +244,17 @@ class UpstreamConfig(_Model):
 
 
 class RouteUpstream(_Model):
+    """One of a route's upstreams, with its share of the traffic."""
+
     name: str
+    """A key of ``upstreams``."""
     weight: float = Field(1.0, gt=0)
+    """Relative share of requests under the ``weighted`` strategy."""
 
 
 class RetryConfig(_Model):
+    """How a route tries its upstreams again before the first byte reaches the client."""
+
     attempts: int | None = Field(None, ge=1)
     """Total attempts per request; defaults to one per upstream of the route."""
     total_timeout: Seconds = 120.0
@@ -146,14 +263,63 @@ class RetryConfig(_Model):
     """Longest ``Retry-After`` honoured before the next attempt."""
 
 
+class _NoRouteOptions(_Model):
+    """The route options of a dialect that declares none: any key is unknown."""
+
+
+def _route_schema(schema: dict[str, Any]) -> None:
+    # The keys a route may have: its own, and the route options the dialects declare (each
+    # valid with its dialect only, which ``_dialect_options`` checks); no other.
+    schema["additionalProperties"] = False
+    for name, dialect in DIALECTS.items():
+        if dialect.route_options is None:
+            continue
+        for key, prop in dialect.route_options.model_json_schema().get("properties", {}).items():
+            about = f"Routes of dialect {name} only. {prop.get('description', '')}".strip()
+            schema["properties"].setdefault(key, {**prop, "description": about})
+
+
 class RouteConfig(_Model):
+    """A path the gateway serves, in one dialect, from one or more upstreams."""
+
+    # Keys beyond these are the route options its dialect declares (``route_options``),
+    # validated in ``_dialect_options``.
+    model_config = ConfigDict(extra="allow", frozen=True, json_schema_extra=_route_schema)
+
     path: str
+    """Where clients POST (a dialect with a stream path also serves ``path + "/stream"``)."""
     dialect: DialectName
+    """The dialect clients of this path speak."""
     upstream: str | list[str | RouteUpstream]
+    """An upstream's name, or a list of names or ``{name, weight}``, of any dialects."""
     strategy: Literal["failover", "round-robin", "weighted"] = "failover"
+    """How a request picks among several upstreams."""
     retries: RetryConfig = RetryConfig()
+    """Further attempts on other upstreams when one fails before answering."""
     content_type: Literal["application/json-lines", "application/jsonl"] | None = None
     """JSON-lines routes only: the stream's Content-Type (default application/json-lines)."""
+    on_unsupported: Literal["reject", "drop"] = "reject"
+    """What a request or an answer carries that the other side's dialect cannot (tools, tool
+    calls, images and other content parts, reasoning): ``reject`` answers an error naming the
+    field (400 for a request, 502 for an answer); ``drop`` takes it out, counts it in
+    ``gateway_dropped_fields_total`` and logs it."""
+
+    @model_validator(mode="after")
+    def _dialect_options(self) -> RouteConfig:
+        extra = dict(self.model_extra or {})
+        if not extra:
+            return self
+        model = get(self.dialect).route_options if self.dialect in DIALECTS else None
+        (model or _NoRouteOptions).model_validate(extra)  # its errors name the key
+        return self
+
+    @cached_property
+    def options(self) -> dict[str, Any]:
+        """The dialect's route options, validated, with their defaults."""
+        model = get(self.dialect).route_options
+        if model is None:
+            return {}
+        return model.model_validate(dict(self.model_extra or {})).model_dump()
 
     @field_validator("path")
     @classmethod
@@ -173,41 +339,140 @@ class RouteConfig(_Model):
         return tuple(RouteUpstream(name=u) if isinstance(u, str) else u for u in items)
 
 
+class HistoryConfig(_Model):
+    """The Chat UI history API (docs/history.md). No ``history`` section: no history endpoints."""
+
+    path: str = "/chat-history"
+    """Where the API is served: ``{path}``, ``{path}/{chatId}``, ``{path}/{chatId}/messages``."""
+    store: str = "sqlite:///data/history.db"
+    """``sqlite:///relative/file.db``, ``sqlite:////absolute/file.db`` or
+    ``postgresql://user:password@host:5432/db`` (several replicas share one PostgreSQL)."""
+    pool_size: int = Field(5, ge=1, le=100)
+    """Most database connections one gateway process holds open."""
+    timeout: Seconds = 5.0
+    """Bound on connecting, on waiting for a pooled connection and on one statement; past it
+    the history answers 503."""
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, v: str) -> str:
+        v = v.rstrip("/")
+        if not re.fullmatch(r"(/[A-Za-z0-9._~-]+)+", v):
+            raise ValueError("must be a path like /chat-history (letters, digits, . _ ~ -)")
+        if v in RESERVED_PATHS:
+            raise ValueError(f"{v} is served by the gateway itself")
+        return v
+
+    @field_validator("store")
+    @classmethod
+    def _store(cls, v: str) -> str:
+        from gateway.history.url import parse_store_url  # SQLAlchemy only when configured
+
+        parse_store_url(v)
+        return v
+
+
+class TracingConfig(_Model):
+    """OpenTelemetry traces over OTLP/HTTP (docs/operations.md#tracing). A key left out is read
+    from the standard ``OTEL_*`` environment variables, then from the default. Read at start."""
+
+    enabled: bool = True
+    """``false`` turns tracing off, also when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set."""
+    otlp_endpoint: str | None = None
+    """The collector's OTLP/HTTP base URL (``http://collector:4318``; ``/v1/traces`` is
+    appended unless the URL already ends with it). Default: ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``
+    or ``OTEL_EXPORTER_OTLP_ENDPOINT``, else ``http://localhost:4318``."""
+    service_name: str | None = None
+    """``service.name`` of the spans. Default: ``OTEL_SERVICE_NAME``, else ``chat-gateway``."""
+    sample_ratio: float | None = Field(None, ge=0, le=1)
+    """Share of new traces recorded (a request with a ``traceparent`` follows its sampled
+    flag). Default: ``OTEL_TRACES_SAMPLER_ARG``, else 1.0."""
+    headers: dict[str, str] | None = None
+    """Headers sent to the collector (``Authorization: Bearer ${OTLP_TOKEN}``). Default:
+    ``OTEL_EXPORTER_OTLP_TRACES_HEADERS`` or ``OTEL_EXPORTER_OTLP_HEADERS``."""
+    timeout: Seconds = 10.0
+    """Bound on one export to the collector (spans are exported in the background)."""
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _http_url(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^https?://[^/\s]+", v):
+            raise ValueError("must be an absolute http:// or https:// URL")
+        return v
+
+
 class GatewayConfig(_Model):
+    """The chat-gateway config file. ``${VAR}`` and ``${VAR:-default}`` in any value are read
+    from the environment."""
+
     server: ServerConfig = ServerConfig()
+    """The listener."""
     logging: LoggingConfig = LoggingConfig()
+    """The log."""
     auth: AuthConfig = AuthConfig()
+    """Client API keys."""
     health: HealthConfig = HealthConfig()
+    """Passive health checks of the upstreams."""
     upstreams: dict[str, UpstreamConfig]
+    """The backends, by name."""
     routes: list[RouteConfig] = Field(min_length=1)
+    """The paths the gateway serves."""
+    history: HistoryConfig | None = None
+    """The Chat UI history API (absent: not served)."""
+    tracing: TracingConfig | None = None
+    """OpenTelemetry traces; off unless this section (or ``OTEL_EXPORTER_OTLP_ENDPOINT``) is
+    set."""
 
     @model_validator(mode="after")
     def _references(self) -> GatewayConfig:
-        problems: list[tuple[str, str]] = []
-        seen: dict[str, int] = {}
-        for i, route in enumerate(self.routes):
-            upstreams = route.upstreams
-            if not upstreams:
-                problems.append((f"routes[{i}].upstream", "names no upstream"))
-            for j, u in enumerate(upstreams):
-                if u.name not in self.upstreams:
-                    where = f"routes[{i}].upstream" + (
-                        f"[{j}]" if isinstance(route.upstream, list) else "")
-                    known = ", ".join(sorted(self.upstreams)) or "none"
-                    problems.append((where, f"unknown upstream {u.name!r} (known: {known})"))
-            for p in self.served_paths(route):
-                if p in seen:
-                    problems.append((f"routes[{i}].path",
-                                     f"{p} is already served by routes[{seen[p]}]"))
-                seen[p] = i
+        problems = _cross_references(self.upstreams, enumerate(self.routes))
+        if self.history is not None:
+            served = {p: i for i, route in enumerate(self.routes)
+                      for p in self.served_paths(route)}
+            problems.extend(self._history_collisions(self.history.path, served))
         if problems:
             raise _References(problems)
         return self
 
     @staticmethod
+    def _history_collisions(path: str, routes: dict[str, int]) -> list[tuple[str, str]]:
+        """The history API serves ``path`` and everything under it."""
+        def under(p: str) -> bool:
+            return p == path or p.startswith(path + "/")
+
+        out = [("history.path", f"{path} would shadow the gateway's own {p}")
+               for p in sorted(RESERVED_PATHS) if p != "/" and under(p)]
+        out += [("history.path", f"{path} would shadow routes[{i}] ({p})")
+                for p, i in routes.items() if under(p)]
+        return out
+
+    @staticmethod
     def served_paths(route: RouteConfig) -> list[str]:
         suffix = get(route.dialect).stream_path
         return [route.path, route.path.rstrip("/") + suffix] if suffix else [route.path]
+
+
+def _cross_references(upstreams: Collection[str],
+                      routes: Iterable[tuple[int, RouteConfig]]) -> list[tuple[str, str]]:
+    """What the routes name that does not exist, and paths two routes both serve. A function of
+    its own so that ``check`` can run it on the routes that validated when others did not."""
+    problems: list[tuple[str, str]] = []
+    seen: dict[str, int] = {}
+    for i, route in routes:
+        if not route.upstreams:
+            problems.append((f"routes[{i}].upstream", "names no upstream"))
+        for j, u in enumerate(route.upstreams):
+            if u.name not in upstreams:
+                where = f"routes[{i}].upstream" + (
+                    f"[{j}]" if isinstance(route.upstream, list) else "")
+                known = ", ".join(sorted(upstreams)) or "none"
+                problems.append((where, f"unknown upstream {u.name!r} (known: {known})"))
+        for p in GatewayConfig.served_paths(route):
+            if p in seen:
+                problems.append((f"routes[{i}].path",
+                                 f"{p} is already served by routes[{seen[p]}]"))
+            seen[p] = i
+    return problems
 
 
 class _References(ValueError):
@@ -217,6 +482,8 @@ class _References(ValueError):
 
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+ENV_REFERENCE = _VAR
+"""A ``${VAR}`` or ``${VAR:-default}`` reference inside a string value."""
 
 
 def _interpolate(value: Any, where: str, env: dict[str, str],
@@ -247,7 +514,7 @@ def _loc(loc: tuple[int | str, ...]) -> str:
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif part in ("str", "list[union[str,RouteUpstream]]") or "[" in str(part):
+        elif part in ("str", "RouteUpstream", "list[union[str,RouteUpstream]]") or "[" in str(part):
             continue  # pydantic's name for a union branch, not a YAML key
         else:
             out = _join(out, part)
@@ -257,28 +524,111 @@ def _loc(loc: tuple[int | str, ...]) -> str:
 def parse_config(data: Any, env: dict[str, str] | None = None) -> GatewayConfig:
     """A validated config from parsed YAML; :class:`ConfigError` lists every problem with its
     YAML path (``routes[2].upstream``)."""
-    if not isinstance(data, dict):
-        raise ConfigError([("", "the config must be a YAML mapping")])
-    problems: list[tuple[str, str]] = []
-    data = _interpolate(data, "", dict(os.environ) if env is None else env, problems)
+    config, problems = _validate(data, dict(os.environ) if env is None else env)
+    if problems or config is None:
+        raise ConfigError(problems)
+    return config
+
+
+def check_structure(data: Any) -> list[str]:
+    """Validate parsed YAML without the environment (``check --no-env``): a value holding a
+    ``${VAR}`` reference is accepted as it stands, since only the environment the config is
+    loaded in can say what it becomes; everything else is checked as :func:`parse_config` checks
+    it. Raises :class:`ConfigError` listing every problem; returns the YAML paths of the values
+    left to the environment."""
+    _, problems = _validate(data, None)
     if problems:
         raise ConfigError(problems)
+    from_env: list[str] = []
+    _env_paths(data, "", from_env)
+    return from_env
+
+
+def _validate(data: Any, env: dict[str, str] | None
+              ) -> tuple[GatewayConfig | None, list[tuple[str, str]]]:
+    """The config and every problem found in one pass; ``env=None`` leaves ``${VAR}`` as it is."""
+    if not isinstance(data, dict):
+        return None, [("", "the config must be a YAML mapping")]
+    problems: list[tuple[str, str]] = []
+    from_env: list[str] = []
+    if env is None:
+        _env_paths(data, "", from_env)
+    else:
+        data = _interpolate(data, "", env, problems)
+        from_env = [where for where, _ in problems]
     try:
-        return GatewayConfig.model_validate(data)
+        return GatewayConfig.model_validate(data), problems
     except ValidationError as e:
-        for err in e.errors():
-            ctx_err = (err.get("ctx") or {}).get("error")
-            if isinstance(ctx_err, _References):
-                problems.extend(ctx_err.problems)
-                continue
-            where = _loc(tuple(err["loc"]))
-            msg = err["msg"]
-            if err["type"] == "extra_forbidden":
-                msg = "unknown key"
-            elif err["type"] == "missing":
-                msg = "is required"
-            problems.append((where, msg.removeprefix("Value error, ")))
-        raise ConfigError(_dedupe(problems)) from None
+        found, references_ran = _problems(e)
+    if not references_ran:
+        # pydantic runs the cross-reference checks only on a config whose every field is
+        # valid: run them on the routes that are, so one run of `check` shows those problems too.
+        found += _partial_cross_references(data)
+    # A value from the environment is judged by its own problem (or, unresolved, not at all): the
+    # errors an empty or unresolved value then raises where it stands, or in the union or list
+    # that holds it, would only repeat it, or blame a value the environment has yet to give.
+    hidden = {a for where in from_env for a in _ancestors(where)} | set(from_env)
+    problems += [p for p in found if p[0] not in hidden]
+    return None, _dedupe(problems)
+
+
+def _problems(e: ValidationError) -> tuple[list[tuple[str, str]], bool]:
+    """pydantic's errors as (YAML path, message), and whether the cross-reference checks ran."""
+    problems: list[tuple[str, str]] = []
+    references_ran = False
+    for err in e.errors():
+        ctx_err = (err.get("ctx") or {}).get("error")
+        if isinstance(ctx_err, _References):
+            problems.extend(ctx_err.problems)
+            references_ran = True
+            continue
+        where = _loc(tuple(err["loc"]))
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        elif err["type"] == "missing":
+            msg = "is required"
+        problems.append((where, msg.removeprefix("Value error, ")))
+    return problems, references_ran
+
+
+# The route keys the cross-reference checks read: a route whose other keys are wrong still names
+# its upstreams and its path.
+_ROUTE_REFERENCE_KEYS = ("path", "dialect", "upstream")
+
+
+def _partial_cross_references(data: dict[str, Any]) -> list[tuple[str, str]]:
+    upstreams, routes = data.get("upstreams"), data.get("routes")
+    if not isinstance(upstreams, dict) or not isinstance(routes, list):
+        return []
+    valid: list[tuple[int, RouteConfig]] = []
+    for i, raw in enumerate(routes):
+        if not isinstance(raw, dict):
+            continue
+        try:
+            valid.append((i, RouteConfig.model_validate(
+                {k: raw[k] for k in _ROUTE_REFERENCE_KEYS if k in raw})))
+        except ValidationError:
+            continue  # its own errors are reported already
+    return _cross_references([str(name) for name in upstreams], valid)
+
+
+def _env_paths(value: Any, where: str, out: list[str]) -> None:
+    """Appends to ``out`` the YAML path of every string holding a ``${VAR}`` reference."""
+    if isinstance(value, str):
+        if _VAR.search(value):
+            out.append(where)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _env_paths(v, _join(where, k), out)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _env_paths(v, f"{where}[{i}]", out)
+
+
+def _ancestors(where: str) -> list[str]:
+    """``routes[0].upstream[1]`` -> ``routes``, ``routes[0]``, ``routes[0].upstream``."""
+    return [where[:m.start()] for m in re.finditer(r"[.\[]", where) if m.start() > 0]
 
 
 def _dedupe(problems: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -286,6 +636,13 @@ def _dedupe(problems: list[tuple[str, str]]) -> list[tuple[str, str]]:
 
 
 def load_config(path: str | Path, env: dict[str, str] | None = None) -> GatewayConfig:
+    """The validated config in a YAML file (see :func:`parse_config`)."""
+    return parse_config(read_config_file(path), env)
+
+
+def read_config_file(path: str | Path) -> Any:
+    """A config file's parsed YAML, not yet validated; :class:`ConfigError` when it cannot be
+    read or is not YAML."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as e:
@@ -296,4 +653,4 @@ def load_config(path: str | Path, env: dict[str, str] | None = None) -> GatewayC
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise ConfigError([(where, f"not valid YAML: {getattr(e, 'problem', e)}")]) from None
-    return parse_config(data, env)
+    return data

@@ -1,34 +1,98 @@
-"""Built-in demo backends, one per dialect, that answer a short streamed answer with citations and
-session state. They speak their dialect through the gateway's own dialect modules, so each one is
-a faithful example of its wire format.
+"""The built-in demo, derived from the dialect registry: one demo backend per dialect, and a
+gateway config that puts each client dialect in front of another dialect's backend, so that
+every answer is translated.
 
-Ports: 9001 protocol-2024-01-28 (``/chat``), 9002 protocol-2024-05-29 (``/chat``,
-``/chat/stream``), 9003 chatui (``/api/chat``), 9004 openai (``/v1/chat/completions``).
+Backend ``i`` (in registry order) listens on ``DEMO_BASE_PORT + i`` at its dialect's
+``default_path``; it answers a short streamed answer with citations and session state through
+the gateway's own dialect module, so each one is a faithful example of its wire format. The
+curl lines the demo prints are each dialect's own sample request (``samples/<dialect>/``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import shlex
+import tempfile
+from pathlib import Path
+from typing import Any
 
 import orjson
 from aiohttp import web
 
-from gateway.canonical import AssistantMessage, ChatError, ChatRequest, ChatResponse, TextDelta
-from gateway.dialects import get
+from gateway.canonical import (
+    AssistantMessage,
+    ChatError,
+    ChatRequest,
+    ChatResponse,
+    StreamEvent,
+    TextDelta,
+    Usage,
+)
+from gateway.dialects import DIALECTS, Dialect, get
 from gateway.dialects.base import text_of
 from gateway.errors import ParseError
 from gateway.framing import encoder_for
 from gateway.pipeline import events_from_response, parse_body
 
-__all__ = ["DEMO_BACKENDS", "demo_backend_app", "start_demo_backends"]
+__all__ = ["DEMO_BASE_PORT", "curl_commands", "demo_backend_app", "demo_backends",
+           "demo_config", "start_demo_backends"]
 
-DEMO_BACKENDS: dict[str, tuple[int, str]] = {
-    "protocol-2024-01-28": (9001, "/chat"),
-    "protocol-2024-05-29": (9002, "/chat"),
-    "chatui": (9003, "/api/chat"),
-    "openai": (9004, "/v1/chat/completions"),
-}
+DEMO_BASE_PORT = 9001
 _TOKEN_DELAY = 0.04
+
+
+def demo_backends(host: str = "127.0.0.1") -> dict[str, tuple[int, str]]:
+    """Each registered dialect's demo backend: ``name -> (port, path)``."""
+    return {name: (DEMO_BASE_PORT + i, d.default_path)
+            for i, (name, d) in enumerate(DIALECTS.items())}
+
+
+def demo_config(host: str = "127.0.0.1", port: int = 8080) -> dict[str, Any]:
+    """The demo's gateway config (as parsed YAML): every dialect's backend as an upstream named
+    after its dialect, and a route per client dialect at its ``default_path``, sent to the next
+    dialect's backend. ``chat-gateway demo --print-config`` writes it out."""
+    backends = demo_backends(host)
+    names = list(backends)
+    upstreams = {name: {"dialect": name, "url": f"http://{host}:{p}{path}",
+                        "model": "demo-model"}
+                 for name, (p, path) in backends.items()}
+    routes = []
+    for i, name in enumerate(names):
+        target = names[(i + 1) % len(names)] if len(names) > 1 else name
+        routes.append({"path": get(name).default_path, "dialect": name, "upstream": target})
+    return {
+        "server": {"host": host, "port": port},
+        "logging": {"level": "info"},
+        # The Chat UI history API (docs/history.md), at an absolute path so that the demo finds
+        # its history from any directory; CHAT_GATEWAY_DEMO_HISTORY keeps it elsewhere.
+        "history": {"path": "/chat-history", "store": "sqlite:///${CHAT_GATEWAY_DEMO_HISTORY:-"
+                    + str(Path(tempfile.gettempdir()) / "chat-gateway-demo" / "history.db")
+                    + "}"},
+        "upstreams": upstreams,
+        "routes": routes,
+    }
+
+
+def curl_commands(config: Any, base: str) -> list[str]:
+    """For each route, its dialect's sample request as a curl line, streamed the way that
+    dialect asks for a stream (by path, by ``Accept``, or by ``"stream": true``)."""
+    out = []
+    for route in config.routes:
+        dialect = get(route.dialect)
+        body = dict(dialect.samples.requests.get("text") or {"messages": [
+            {"role": "user", "content": "What does the gateway do?"}]})
+        path, flags = route.path, ["-N"]
+        if dialect.stream_path:
+            path += dialect.stream_path
+        elif dialect.stream_by_accept:
+            flags += ["-H", "'Accept: text/event-stream'"]
+        else:
+            body["stream"] = True
+        payload = shlex.quote(orjson.dumps(body).decode())
+        out.append(f"# {route.dialect} client -> {route.upstreams[0].name}\n"
+                   f"curl {' '.join(flags)} -s {base}{path} "
+                   f"-H 'Content-Type: application/json' -d {payload}")
+    return out
 
 
 def demo_answer(dialect: str, req: ChatRequest) -> ChatResponse:
@@ -48,7 +112,7 @@ def demo_answer(dialect: str, req: ChatRequest) -> ChatResponse:
         },
         session_state=req.session_state if req.session_state is not None else "demo-session-1",
         finish_reason="stop",
-        usage={"prompt_tokens": 12, "completion_tokens": 30, "total_tokens": 42},
+        usage=Usage(input_tokens=12, output_tokens=30),
         model=req.model or "demo-model",
     )
 
@@ -58,9 +122,14 @@ def _tokens(text: str) -> list[str]:
     return [w + (" " if i < len(words) - 1 else "") for i, w in enumerate(words)]
 
 
+def _paced(events: list[StreamEvent]) -> list[StreamEvent]:
+    return [piece for e in events for piece in (
+        [TextDelta(t, e.agent) for t in _tokens(e.text)] if isinstance(e, TextDelta) else [e])]
+
+
 def demo_backend_app(dialect_name: str) -> web.Application:
-    dialect = get(dialect_name)
-    _, path = DEMO_BACKENDS[dialect_name]
+    dialect: Dialect = get(dialect_name)
+    path = dialect.default_path
 
     async def answer(request: web.Request, stream_by_path: bool | None) -> web.StreamResponse:
         try:
@@ -76,15 +145,14 @@ def demo_backend_app(dialect_name: str) -> web.Application:
                                            "Cache-Control": "no-cache"})
         await resp.prepare(request)
         encoder, frame = dialect.encoder(req), encoder_for(dialect.framing)
-        events = events_from_response(whole)
-        for event in events:
-            pieces = [TextDelta(t) for t in _tokens(event.text)] if isinstance(
-                event, TextDelta) else [event]
-            for piece in pieces:
-                for payload in encoder.encode(piece):
+        try:
+            for event in _paced(events_from_response(whole)):
+                for payload in encoder.encode(event):
                     await resp.write(frame(payload))
                 await asyncio.sleep(_TOKEN_DELAY)
-        await resp.write_eof()
+            await resp.write_eof()
+        except ConnectionError:
+            pass  # the gateway (or a curl) went away mid-answer: nothing to tell anyone
         return resp
 
     async def whole(request: web.Request) -> web.StreamResponse:
@@ -107,7 +175,7 @@ def demo_backend_app(dialect_name: str) -> web.Application:
 
 async def start_demo_backends(host: str = "127.0.0.1") -> list[web.AppRunner]:
     runners = []
-    for name, (port, _) in DEMO_BACKENDS.items():
+    for name, (port, _) in demo_backends(host).items():
         runner = web.AppRunner(demo_backend_app(name), access_log=None)
         await runner.setup()
         await web.TCPSite(runner, host, port).start()

@@ -17,15 +17,41 @@ import shutil
 import signal
 import tempfile
 import time
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from aiohttp import web
 
+from gateway.admin import start_admin_listener
 from gateway.app import create_app
 from gateway.config import GatewayConfig, load_config
 from gateway.keys import RELOADER
 from gateway.log import configure_logging, get_logger
 
-__all__ = ["run_server", "serve_forever"]
+__all__ = ["loop_factory", "run_server", "serve_forever"]
+
+LoopFactory = Callable[[], asyncio.AbstractEventLoop]
+
+
+def loop_factory(name: str) -> tuple[str, LoopFactory | None]:
+    """The event loop ``name`` asks for (``auto``: uvloop when installed) and its factory
+    (``None``: asyncio's own). Raises :class:`RuntimeError` when uvloop is asked for and
+    missing."""
+    if name in ("auto", "uvloop"):
+        try:
+            import uvloop
+        except ImportError:
+            if name == "uvloop":
+                raise RuntimeError("--loop uvloop: uvloop is not installed (pip install "
+                                   "uvloop; it ships with the gateway on Linux)") from None
+        else:
+            return "uvloop", uvloop.new_event_loop
+    return "asyncio", None
+
+
+def _run(main: Coroutine[Any, Any, None], factory: LoopFactory | None) -> None:
+    with contextlib.suppress(KeyboardInterrupt), asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(main)
 
 
 async def serve_forever(config: GatewayConfig, config_path: str | None, host: str, port: int,
@@ -40,6 +66,11 @@ async def serve_forever(config: GatewayConfig, config_path: str | None, host: st
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_port=reuse_port or None, backlog=1024)
     await site.start()
+    try:
+        admin = await start_admin_listener(app, config, host, reuse_port=reuse_port)
+    except BaseException:  # e.g. the admin port is taken: nothing may be left listening
+        await runner.cleanup()
+        raise
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     pending: set[asyncio.Task[object]] = set()
@@ -52,7 +83,9 @@ async def serve_forever(config: GatewayConfig, config_path: str | None, host: st
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGHUP, reload)
-    log.info("listening", host=host, port=port, pid=os.getpid(), routes=len(config.routes))
+    log.info("listening", host=host, port=port, pid=os.getpid(), routes=len(config.routes),
+             loop=type(loop).__module__.split(".")[0],
+             upstream_client=config.server.upstream_client)
     if on_ready is not None:
         on_ready.set()
     try:
@@ -62,28 +95,32 @@ async def serve_forever(config: GatewayConfig, config_path: str | None, host: st
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(sig)
         await runner.cleanup()
+        if admin is not None:  # after the drain: metrics stay readable while streams finish
+            await admin.cleanup()
         log.info("stopped")
 
 
-def _worker(config_path: str, host: str, port: int, log_format: str | None) -> None:
+def _worker(config_path: str, host: str, port: int, log_format: str | None,
+            loop: str) -> None:
     config = load_config(config_path)
     configure_logging(log_format or config.logging.format, config.logging.level)
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve_forever(config, config_path, host, port, reuse_port=True))
+    _run(serve_forever(config, config_path, host, port, reuse_port=True), loop_factory(loop)[1])
 
 
 def run_server(config: GatewayConfig, config_path: str, host: str, port: int, workers: int,
-               log_format: str | None) -> int:
+               log_format: str | None, loop: str | None = None) -> int:
+    """``loop``: ``auto``, ``asyncio`` or ``uvloop`` (default: ``server.loop``)."""
     configure_logging(log_format or config.logging.format, config.logging.level)
+    loop = loop or config.server.loop
+    _, factory = loop_factory(loop)  # fails here, once, when uvloop is asked for and missing
     if workers <= 1:
-        with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(serve_forever(config, config_path, host, port))
+        _run(serve_forever(config, config_path, host, port), factory)
         return 0
-    return _supervise(config_path, host, port, workers, log_format)
+    return _supervise(config_path, host, port, workers, log_format, loop)
 
 
 def _supervise(config_path: str, host: str, port: int, workers: int,
-               log_format: str | None) -> int:
+               log_format: str | None, loop: str) -> int:
     log = get_logger()
     own_dir = None
     if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
@@ -94,7 +131,8 @@ def _supervise(config_path: str, host: str, port: int, workers: int,
     stopping = False
 
     def spawn() -> multiprocessing.process.BaseProcess:
-        p = ctx.Process(target=_worker, args=(config_path, host, port, log_format), daemon=False)
+        p = ctx.Process(target=_worker, args=(config_path, host, port, log_format, loop),
+                        daemon=False)
         p.start()
         return p
 
