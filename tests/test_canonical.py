@@ -52,6 +52,18 @@ def test_merge_context_nested_twice_and_outer_wins() -> None:
     assert merge_context(None, nested) == {"thoughts": ["deep"], "x": 3}
 
 
+def test_merge_context_nested_deeper_than_the_recursion_limit() -> None:
+    """orjson parses 1,024 levels; the flattening must not recurse (it ran in every capability
+    gate, so a deep context used to raise out of the stream translator)."""
+    nested: dict[str, Any] = {"data_points": {"text": ["deep.pdf: here"]}, "depth": -1}
+    for depth in range(5000):
+        nested = {"context": nested, "depth": depth}
+    assert merge_context(None, nested) == {"data_points": {"text": ["deep.pdf: here"]},
+                                           "depth": 4999}
+    assert citations_of(nested) == [Citation("deep.pdf", "deep.pdf", None, "here")]
+    assert followups_of(nested) == []
+
+
 def test_merge_context_with_missing_sides() -> None:
     assert merge_context(None, None) is None
     assert merge_context(None, {"a": 1}) == {"a": 1}

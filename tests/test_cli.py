@@ -1,15 +1,20 @@
 """``chat-gateway``: check, schema, --help, serve (with a graceful drain on SIGTERM), and the demo
-(its backends and the curl commands it prints)."""
+(its config, its backends and the curl commands it prints), all of it for whatever dialects the
+registry holds: no test names one."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import importlib.metadata
 import os
 import re
 import shlex
 import signal
 import subprocess
 import sys
+import tomllib
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -18,47 +23,54 @@ import orjson
 import pytest
 import yaml
 from fakes import (
-    CHATUI,
-    OPENAI,
-    P0128,
-    P0529,
     TEXT,
     Fakes,
     Script,
+    client_request,
     free_port,
-    read_stream,
-    read_whole,
+    known_to_a_new_process,
+    reader_for,
 )
 
 import gateway.demo
 from gateway.app import create_app
-from gateway.cli import curl_commands, main
+from gateway.cli import _parser, main
 from gateway.config import load_config, parse_config
-from gateway.demo import DEMO_BACKENDS, demo_backend_app
-from gateway.dialects import DIALECT_NAMES
+from gateway.demo import curl_commands, demo_backend_app, demo_config
+from gateway.dialects import get, names
+from gateway.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
-DEMO_YAML = ROOT / "config" / "demo.yaml"
 COMPOSE_YAML = ROOT / "config" / "compose.yaml"
-GOOD = """\
+def _at(i: int) -> str:
+    """The ``i``-th dialect (cyclically) a new ``chat-gateway`` process knows: the config below
+    is checked in this process and in new ones."""
+    known = known_to_a_new_process()
+    return known[i % len(known)]
+
+
+@cache
+def good() -> str:
+    """A valid config: two upstreams, three routes, dialects from the registry."""
+    return f"""\
 server:
   port: 8081
 upstreams:
   a:
-    dialect: openai
+    dialect: {_at(3)}
     url: http://127.0.0.1:9004/v1/chat/completions
   b:
-    dialect: protocol-2024-01-28
+    dialect: {_at(0)}
     url: http://127.0.0.1:9001/chat
 routes:
   - path: /one
-    dialect: openai
+    dialect: {_at(3)}
     upstream: a
   - path: /two
-    dialect: chatui
+    dialect: {_at(2)}
     upstream: [a, b]
   - path: /three
-    dialect: protocol-2024-05-29
+    dialect: {_at(1)}
     upstream: b
 """
 
@@ -80,7 +92,7 @@ def run_cli(*args: str, env: dict[str, str] | None = None,
 
 
 def test_check_good_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = write(tmp_path, GOOD)
+    path = write(tmp_path, good())
     assert main(["check", "--config", path]) == 0
     out = capsys.readouterr().out
     assert "ok" in out and "3 routes" in out and "2 upstreams" in out
@@ -88,7 +100,7 @@ def test_check_good_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
 
 def test_check_unknown_upstream_names_its_yaml_path(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = write(tmp_path, GOOD.replace("    upstream: b\n", "    upstream: nope\n"))
+    path = write(tmp_path, good().replace("    upstream: b\n", "    upstream: nope\n"))
     assert main(["check", "--config", path]) == 1
     err = capsys.readouterr().err
     assert "routes[2].upstream" in err
@@ -97,31 +109,37 @@ def test_check_unknown_upstream_names_its_yaml_path(
 
 def test_check_unknown_upstream_in_a_list(tmp_path: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:
-    path = write(tmp_path, GOOD.replace("upstream: [a, b]", "upstream: [a, zzz]"))
+    path = write(tmp_path, good().replace("upstream: [a, b]", "upstream: [a, zzz]"))
     assert main(["check", "--config", path]) == 1
     assert "routes[1].upstream[1]" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("edit", "where"), [
     (("  port: 8081\n", "  port: 8081\n  hots: x\n"), "server.hots"),
-    (("    dialect: openai\n", "    dialect: openai\n    timout: 3\n"), "upstreams.a.timout"),
+    (("    dialect: {a}\n", "    dialect: {a}\n    timout: 3\n"), "upstreams.a.timout"),
     (("  - path: /one\n", "  - path: /one\n    stratgy: failover\n"), "routes[0].stratgy"),
 ])
 def test_check_unknown_key_names_its_path(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                           edit: tuple[str, str], where: str) -> None:
-    path = write(tmp_path, GOOD.replace(*edit, 1))
+    old, new = (e.format(a=_at(3)) for e in edit)
+    path = write(tmp_path, good().replace(old, new, 1))
     assert main(["check", "--config", path]) == 1
     err = capsys.readouterr().err
     assert f"{where}: unknown key" in err
 
 
 def test_check_reports_every_problem(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    text = GOOD.replace("dialect: openai\n    url", "dialect: klingon\n    url", 1)
+    text = good().replace(f"dialect: {_at(3)}\n    url", "dialect: klingon\n    url", 1)
     text = text.replace("    upstream: b\n", "    upstream: nope\n")
+    text = text.replace("  port: 8081\n", "  port: ${GW_TEST_UNSET_PORT}\n")
     path = write(tmp_path, text)
     assert main(["check", "--config", path]) == 1
     err = capsys.readouterr().err
-    assert "upstreams.a.dialect" in err
+    # a field error, a cross-reference and a missing variable: all three in one run
+    assert "upstreams.a.dialect: Input should be" in err
+    assert "routes[2].upstream: unknown upstream 'nope'" in err
+    assert "server.port: environment variable GW_TEST_UNSET_PORT is not set" in err
+    assert len(err.splitlines()) == 4  # the heading and one line per problem
 
 
 def test_check_bad_yaml_and_missing_file(tmp_path: Path,
@@ -134,7 +152,7 @@ def test_check_bad_yaml_and_missing_file(tmp_path: Path,
 
 def test_check_interpolates_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                         capsys: pytest.CaptureFixture[str]) -> None:
-    text = GOOD.replace("port: 8081", "port: ${GW_TEST_PORT}").replace(
+    text = good().replace("port: 8081", "port: ${GW_TEST_PORT}").replace(
         "http://127.0.0.1:9001/chat", "http://${GW_TEST_HOST:-127.0.0.9}:9001/chat").replace(
         "    url: http://127.0.0.1:9004/v1/chat/completions\n",
         "    url: http://127.0.0.1:9004/v1/chat/completions\n"
@@ -159,12 +177,12 @@ def test_check_interpolates_environment(tmp_path: Path, monkeypatch: pytest.Monk
 
 def test_check_through_the_console_script(tmp_path: Path) -> None:
     script = Path(sys.executable).parent / "chat-gateway"
-    if not script.exists():
-        pytest.skip("the chat-gateway script is not installed in this environment")
-    good = subprocess.run([str(script), "check", "--config", write(tmp_path, GOOD)],
-                          capture_output=True, text=True, timeout=30, check=False)
-    assert good.returncode == 0, good.stderr
-    bad_path = write(tmp_path, GOOD.replace("    upstream: b\n", "    upstream: nope\n"), "b.yaml")
+    assert script.exists(), f"{script} is missing: pip install -e . (make test does)"
+    ok = subprocess.run([str(script), "check", "--config", write(tmp_path, good())],
+                        capture_output=True, text=True, timeout=30, check=False)
+    assert ok.returncode == 0, ok.stderr
+    bad_path = write(tmp_path, good().replace("    upstream: b\n", "    upstream: nope\n"),
+                     "b.yaml")
     bad = subprocess.run([str(script), "check", "--config", bad_path], capture_output=True,
                          text=True, timeout=30, check=False)
     assert bad.returncode == 1
@@ -178,101 +196,134 @@ def test_module_help() -> None:
         assert command in result.stdout
 
 
+def test_translate_offers_every_registered_dialect(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["translate", "--help"])
+    assert done.value.code == 0
+    # argparse wraps lines at spaces and after hyphens
+    text = " ".join(re.sub(r"(?<=-)\n\s*", "", capsys.readouterr().out).split())
+    assert "--on-unsupported {reject,drop}" in text
+    assert f"--from {{{','.join(names())}}}" in text
+    assert f"--to {{{','.join(names())}}}" in text
+    for name in names():  # and each one's summary
+        assert f"{name}: {' '.join(get(name).summary.split())}" in text
+    with pytest.raises(SystemExit) as refused:
+        main(["translate", "--from", "klingon", "--to", names()[0], "--request"])
+    assert refused.value.code == 2
+    assert "invalid choice: 'klingon'" in capsys.readouterr().err
+
+
 # --- schema -------------------------------------------------------------------------------------
 
 
-def _resolve(schema: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
-    while "$ref" in node:
-        name = node["$ref"].rsplit("/", 1)[-1]
-        node = schema["$defs"][name]
-    return node
+def test_version_is_the_installed_one(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert importlib.metadata.version("chat-gateway") == declared
+    assert capsys.readouterr().out == f"chat-gateway {declared}\n"
 
 
-def _fits(schema: dict[str, Any], node: dict[str, Any], value: Any) -> bool:
-    node = _resolve(schema, node)
-    kinds = {"object": dict, "array": list, "string": str, "integer": int,
-             "number": (int, float), "boolean": bool, "null": type(None)}
-    if "anyOf" in node:
-        return any(_fits(schema, n, value) for n in node["anyOf"])
-    kind = node.get("type")
-    if kind is None:
-        return True
-    return isinstance(value, kinds[kind])  # type: ignore[arg-type]
+def _subcommands() -> dict[str, argparse.ArgumentParser]:
+    parser = _parser()
+    [sub] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(sub.choices)
 
 
-def _check_against(schema: dict[str, Any], node: dict[str, Any], value: Any, where: str,
-                   used: set[str]) -> None:
-    """Every key ``value`` uses is a property of the schema at that place (walking ``$ref``,
-    ``anyOf``, ``items`` and ``additionalProperties``), required keys are present and enums hold."""
-    node = _resolve(schema, node)
-    if "anyOf" in node:
-        branches = [n for n in node["anyOf"] if _fits(schema, n, value)]
-        assert branches, f"{where}: {value!r} fits no branch"
-        _check_against(schema, branches[0], value, where, used)
-        return
-    if "enum" in node:
-        assert value in node["enum"], f"{where}: {value!r} not in {node['enum']}"
-    if "const" in node:
-        assert value == node["const"], where
-    if isinstance(value, dict):
-        assert node.get("type", "object") == "object", where
-        props = node.get("properties", {})
-        for key in node.get("required", []):
-            assert key in value, f"{where}: required key {key} missing"
-        for key, sub in value.items():
-            path = f"{where}.{key}" if where else key
-            if key in props:
-                used.add(path)
-                _check_against(schema, props[key], sub, path, used)
+def test_every_command_and_flag_says_what_it_does() -> None:
+    commands = _subcommands()
+    assert set(commands) == {"serve", "check", "translate", "demo", "demo-backends", "schema",
+                             "reload"}
+    for name, parser in commands.items():
+        assert parser.description, name
+        for action in parser._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            flag = f"{name} {action.option_strings[0]}"
+            assert action.help and len(action.help) > 20, flag
+            # each says its default, or that it (or one of its group) is required
+            if action.required:
+                assert "required" in action.help, flag
             else:
-                extra = node.get("additionalProperties")
-                assert isinstance(extra, dict), f"{path}: not in the schema"
-                _check_against(schema, extra, sub, path, used)
-    elif isinstance(value, list):
-        assert node.get("type") == "array", where
-        for i, item in enumerate(value):
-            _check_against(schema, node.get("items", {}), item, f"{where}[{i}]", used)
-    else:
-        assert _fits(schema, node, value), f"{where}: {value!r} is not {node.get('type')}"
+                assert "default" in action.help or "is required" in action.help, flag
+                if action.default not in (None, False):
+                    assert "%(default)s" in action.help or str(action.default) in action.help, flag
+        # and argparse can render it (a stray % in a help text cannot)
+        assert f"usage: chat-gateway {name}" in parser.format_help()
 
 
-@pytest.mark.parametrize("config_file", [DEMO_YAML, COMPOSE_YAML], ids=["demo", "compose"])
-def test_schema_covers_shipped_configs(config_file: Path,
-                                       capsys: pytest.CaptureFixture[str]) -> None:
+def _demo_data() -> Any:
+    return demo_config()
+
+
+def _compose_data() -> Any:
+    return yaml.safe_load(COMPOSE_YAML.read_text(encoding="utf-8"))
+
+
+def _schema(capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
     assert main(["schema"]) == 0
-    schema = orjson.loads(capsys.readouterr().out)
-    assert schema["type"] == "object"
-    assert {"upstreams", "routes"} <= set(schema["required"])
-    data = yaml.safe_load(config_file.read_text(encoding="utf-8"))
-    used: set[str] = set()
-    _check_against(schema, schema, data, "", used)
-    assert {"server.port", "upstreams", "routes"} <= used
-    # and the config itself is valid
-    parse_config(data, env={})
+    schema: dict[str, Any] = orjson.loads(capsys.readouterr().out)
+    return schema
+
+
+@pytest.mark.parametrize("shipped", [_demo_data, _compose_data], ids=["demo", "compose"])
+def test_schema_covers_shipped_configs(shipped: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    import jsonschema
+
+    schema = _schema(capsys)
+    data = shipped()
+    jsonschema.Draft202012Validator(schema).validate(data)
+    parse_config(data, env={})  # and the config itself is valid
 
 
 def test_schema_rejects_what_config_rejects(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["schema"]) == 0
-    schema = orjson.loads(capsys.readouterr().out)
-    route = _resolve(schema, schema["properties"]["routes"]["items"])
+    import jsonschema
+
+    schema = _schema(capsys)
+    validator = jsonschema.Draft202012Validator(schema)
+    routes = schema["properties"]["routes"]["items"]
+    route = schema["$defs"][routes["$ref"].rsplit("/", 1)[-1]] if "$ref" in routes else routes
     assert {"path", "dialect", "upstream"} <= set(route["required"])
-    assert route.get("additionalProperties") is False
-    dialect = _resolve(schema, route["properties"]["dialect"])
-    assert set(dialect["enum"]) == set(DIALECT_NAMES)
-    with pytest.raises(AssertionError):
-        _check_against(schema, schema, {"upstreams": {}, "routes": [], "bogus": 1}, "", set())
+    base = {"upstreams": {"u": {"dialect": names()[0], "url": "http://127.0.0.1:9/c"}},
+            "routes": [{"path": "/c", "dialect": names()[0], "upstream": "u"}]}
+    validator.validate(base)
+    assert not validator.is_valid({**base, "bogus": 1})
+    assert not validator.is_valid({**base, "routes": [{**base["routes"][0],
+                                                       "stratgy": "failover"}]})
+    assert not validator.is_valid({**base, "routes": [{**base["routes"][0],
+                                                       "dialect": "klingon"}]})
+    # the route options dialects declare are in it
+    for name in names():
+        options = get(name).route_options
+        if options is not None:
+            assert set(options.model_fields) <= set(route["properties"]), name
+
+
+@pytest.mark.parametrize("dialect", names())
+def test_unknown_route_key_names_its_path_for_every_dialect(dialect: str) -> None:
+    """Whether or not the route's dialect declares route options, an unknown key is named by its
+    YAML path."""
+    data = {"upstreams": {"u": {"dialect": dialect, "url": "http://127.0.0.1:9/chat"}},
+            "routes": [{"path": "/c", "dialect": dialect, "upstream": "u", "stratgy": "x"}]}
+    with pytest.raises(ConfigError) as bad:
+        parse_config(data, env={})
+    assert ("routes[0].stratgy", "unknown key") in bad.value.problems
 
 
 # --- serve --------------------------------------------------------------------------------------
 
 
 async def test_serve_answers_then_drains_on_sigterm(tmp_path: Path, fakes: Fakes) -> None:
-    fake = await fakes.start(P0128, Script(pieces=8, chunk_delay=0.15))
+    """(Scripted: a long answer in paced pieces, still flowing when SIGTERM comes.)"""
+    known = known_to_a_new_process()  # `serve` runs in a process of its own
+    client, upstream = known[3 % len(known)], known[(3 + 1) % len(known)]
+    fake = await fakes.start(upstream, Script(scripted=True, pieces=8, chunk_delay=0.15))
     port = free_port()
     config = {
         "server": {"host": "127.0.0.1", "port": port, "shutdown_grace": 5},
-        "upstreams": {"u": {"dialect": P0128, "url": fake.url, "timeout": 5}},
-        "routes": [{"path": "/chat", "dialect": OPENAI, "upstream": "u"}],
+        "upstreams": {"u": {"dialect": fake.name, "url": fake.url, "timeout": 5}},
+        "routes": [{"path": "/chat", "dialect": client, "upstream": "u"}],
     }
     path = write(tmp_path, yaml.safe_dump(config))
     proc = await asyncio.create_subprocess_exec(
@@ -294,17 +345,16 @@ async def test_serve_answers_then_drains_on_sigterm(tmp_path: Path, fakes: Fakes
             # the admin endpoint, through `chat-gateway reload`, reloads the same file
             code = await asyncio.to_thread(main, ["reload", "--url", base])
             assert code == 0
-            body = {"model": "m", "stream": True,
-                    "messages": [{"role": "user", "content": "q"}]}
-            async with http.post(f"{base}/chat", json=body) as resp:
+            sent, body, headers = client_request(client, "/chat", stream=True)
+            async with http.post(base + sent, json=body, headers=headers) as resp:
                 assert resp.status == 200
                 first = await resp.content.readany()
                 assert first
                 proc.send_signal(signal.SIGTERM)
                 t0 = asyncio.get_running_loop().time()
                 rest = await resp.read()
-            view = read_stream(OPENAI, first + rest)
-            assert view.text == TEXT and view.finished and view.error is None
+            view = reader_for(client).read_stream(first + rest)
+            assert view.text == TEXT and view.error is None
             async with asyncio.timeout(8):
                 code = await proc.wait()
             assert code == 0
@@ -323,7 +373,7 @@ async def test_serve_answers_then_drains_on_sigterm(tmp_path: Path, fakes: Fakes
 
 
 async def test_serve_refuses_bad_config(tmp_path: Path) -> None:
-    path = write(tmp_path, GOOD.replace("    upstream: b\n", "    upstream: nope\n"))
+    path = write(tmp_path, good().replace("    upstream: b\n", "    upstream: nope\n"))
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "gateway", "serve", "--config", path, cwd=ROOT,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
@@ -341,28 +391,60 @@ def fast_demo(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(gateway.demo, "_TOKEN_DELAY", 0.0)
 
 
-@pytest.mark.parametrize("dialect", DIALECT_NAMES)
+@pytest.mark.parametrize("dialect", names())
 async def test_demo_backend_answers_whole_and_streamed(aiohttp_client: Any, fast_demo: None,
                                                        dialect: str) -> None:
     client = await aiohttp_client(demo_backend_app(dialect))
-    _, path = DEMO_BACKENDS[dialect]
-    body: dict[str, Any] = {"messages": [{"role": "user", "content": "Ping?"}]}
-    whole = await client.post(path, json=body)
+    caps = get(dialect).capabilities
+    path, body, headers = client_request(dialect, get(dialect).default_path, stream=False,
+                                         text="Ping?")
+    whole = await client.post(path, json=body, headers=headers)
     assert whole.status == 200
-    view = read_whole(dialect, await whole.json())
+    view = reader_for(dialect).read_whole(await whole.json())
     assert f"the {dialect} demo backend" in view.text and '"Ping?"' in view.text
-    if dialect == OPENAI:
-        assert view.usage == {"prompt_tokens": 12, "completion_tokens": 30, "total_tokens": 42}
-    else:
+    if caps.usage_whole:
+        assert view.usage == (12, 30)
+    if caps.citations:
         assert "gateway-guide.pdf#page=1" in view.citations
-    headers = {"Accept": "text/event-stream"} if dialect == CHATUI else {}
-    stream_path = path + "/stream" if dialect == P0529 else path
-    streamed = await client.post(stream_path, json={**body, "stream": True}, headers=headers)
+    path, body, headers = client_request(dialect, get(dialect).default_path, stream=True,
+                                         text="Ping?")
+    streamed = await client.post(path, json=body, headers=headers)
     assert streamed.status == 200
-    sview = read_stream(dialect, await streamed.read())
-    assert sview.text == view.text and sview.finished
-    bad = await client.post(path, data=b"nope")
+    assert streamed.headers["Content-Type"] == get(dialect).stream_content_type
+    sview = reader_for(dialect).read_stream(await streamed.read())
+    assert sview.text == view.text and sview.error is None
+    if caps.usage_stream:
+        assert sview.usage == (12, 30)
+    bad = await client.post(get(dialect).default_path, data=b"nope")
     assert bad.status == 400
+    assert reader_for(dialect).read_error(await bad.json())
+
+
+def test_demo_config_is_built_from_the_registry(capsys: pytest.CaptureFixture[str]) -> None:
+    """Every registered dialect has a route (its clients) and a demo backend (an upstream), and
+    each route goes to another dialect's backend, so that every demo answer is translated."""
+    config = parse_config(demo_config(), env={})
+    assert [r.dialect for r in config.routes] == list(names())
+    assert sorted(u.dialect for u in config.upstreams.values()) == sorted(names())
+    for route in config.routes:
+        assert route.path == get(route.dialect).default_path
+        [target] = route.upstreams
+        assert config.upstreams[target.name].dialect != route.dialect or len(names()) == 1
+    # `demo --print-config` writes that same config, as YAML
+    assert main(["demo", "--print-config"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out) == demo_config()
+
+
+def test_demo_config_needs_no_file(tmp_path: Path) -> None:
+    """The demo works from any directory: its config comes from the installed package (and the
+    registry of that process: the dialects it knows)."""
+    result = subprocess.run([sys.executable, "-m", "gateway", "demo", "--print-config"],
+                            capture_output=True, text=True, timeout=30, cwd=tmp_path,
+                            check=False)
+    assert result.returncode == 0, result.stderr
+    config = parse_config(yaml.safe_load(result.stdout), env={})
+    assert tuple(r.dialect for r in config.routes) == known_to_a_new_process()
+    assert all(r.path == get(r.dialect).default_path for r in config.routes)
 
 
 def _parse_curl(command: str) -> tuple[str, dict[str, str], bytes]:
@@ -391,33 +473,39 @@ def _parse_curl(command: str) -> tuple[str, dict[str, str], bytes]:
 
 async def test_curl_commands_cover_every_demo_route_and_work(aiohttp_client: Any,
                                                              fast_demo: None) -> None:
-    config = load_config(DEMO_YAML)
+    """One curl line per route: its dialect's sample request, asking for a stream the way the
+    dialect does; and each one, pasted against the running demo, streams a translated answer."""
+    config = parse_config(demo_config(), env={})
     commands = curl_commands(config, "http://127.0.0.1:8080")
-    urls = [_parse_curl(c)[0] for c in commands]
-    for route in config.routes:
-        assert any(u == f"http://127.0.0.1:8080{route.path}" for u in urls), route.path
-        if route.dialect == P0529:
-            assert f"http://127.0.0.1:8080{route.path}/stream" in urls
-        assert any(f"-> {route.upstreams[0].name}" in c for c in commands)
-    for c in commands:
-        orjson.loads(_parse_curl(c)[2])  # each body is valid JSON
+    assert len(commands) == len(config.routes) == len(names())
+    for route, command in zip(config.routes, commands, strict=True):
+        d = get(route.dialect)
+        url, headers, data = _parse_curl(command)
+        assert url == f"http://127.0.0.1:8080{route.path}{d.stream_path or ''}"
+        assert command.splitlines()[0] == f"# {route.dialect} client -> {route.upstreams[0].name}"
+        assert headers["Content-Type"] == "application/json"
+        reader = reader_for(d)
+        asked = reader.read_request(orjson.loads(data))
+        sample = reader.read_request(d.samples.requests["text"])
+        assert asked.messages == sample.messages  # the dialect's own sample request
+        by_accept = not d.stream_path and d.stream_by_accept
+        assert (headers.get("Accept") == "text/event-stream") is by_accept
+        assert bool(asked.stream) is (not d.stream_path and not d.stream_by_accept)
     # point the demo config at demo backends on free ports, then run every command
-    backends = {name: await aiohttp_client(demo_backend_app(name)) for name in DIALECT_NAMES}
-    data = yaml.safe_load(DEMO_YAML.read_text(encoding="utf-8"))
+    backends = {name: await aiohttp_client(demo_backend_app(name)) for name in names()}
+    data = demo_config()
     for up in data["upstreams"].values():
         port = backends[up["dialect"]].port
         up["url"] = re.sub(r"127\.0\.0\.1:\d+", f"127.0.0.1:{port}", up["url"])
     gw = await aiohttp_client(create_app(parse_config(data, env={})))
     base = str(gw.make_url("")).rstrip("/")
-    for c, route_url in zip(curl_commands(parse_config(data, env={}), base), urls, strict=True):
-        url, headers, body = _parse_curl(c)
-        assert url.removeprefix(base) == route_url.removeprefix("http://127.0.0.1:8080")
+    for route, command in zip(config.routes, curl_commands(parse_config(data, env={}), base),
+                              strict=True):
+        url, headers, body = _parse_curl(command)
+        assert url.startswith(base + route.path)
         resp = await gw.post(url.removeprefix(base), data=body, headers=headers)
-        assert resp.status == 200, c
-        route = next(r for r in config.routes if url.removeprefix(base).startswith(r.path))
-        raw = await resp.read()
-        streamed = resp.headers["Content-Type"] != "application/json"
-        view = read_stream(route.dialect, raw) if streamed else read_whole(
-            route.dialect, orjson.loads(raw))
-        assert "demo backend" in view.text, c
-        assert view.finished and view.error is None
+        assert resp.status == 200, command
+        assert resp.headers["Content-Type"] == get(route.dialect).stream_content_type
+        view = reader_for(route.dialect).read_stream(await resp.read())
+        assert "demo backend" in view.text, command
+        assert view.error is None

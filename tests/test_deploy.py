@@ -5,11 +5,16 @@ import json
 import re
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
+
+from gateway.config import parse_config
+from gateway.demo import demo_backends
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -75,7 +80,7 @@ def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
     if not PROMTOOL.exists():
         pytest.fail(
             f"{PROMTOOL} not found: install the Debian package 'prometheus' "
-            "(CI installs it; this check must not be skipped)"
+            "(.ci/provision, which make test runs, installs it; this check is never skipped)"
         )
     return subprocess.run(
         [str(PROMTOOL), *args], cwd=ROOT, capture_output=True, text=True, timeout=30
@@ -127,6 +132,17 @@ def test_compose_config_routes_reference_upstreams() -> None:
     _check_gateway_config(config)
 
 
+def test_compose_upstreams_are_their_dialects_demo_backends() -> None:
+    """Each upstream of the compose config is the demo backend of its dialect (``demo-backends``
+    serves one per registered dialect, on the port and path the registry gives it)."""
+    config = yaml.safe_load((ROOT / "config" / "compose.yaml").read_text())
+    backends = demo_backends()
+    for name, upstream in config["upstreams"].items():
+        url = urlsplit(upstream["url"])
+        assert url.hostname == "demo-backends", name
+        assert (url.port, url.path) == backends[upstream["dialect"]], name
+
+
 def _check_gateway_config(config: Any) -> None:
     assert isinstance(config, dict)
     assert config["upstreams"], "no upstreams"
@@ -136,6 +152,26 @@ def _check_gateway_config(config: Any) -> None:
 
 
 # --- Dockerfile ----------------------------------------------------------------------------------
+
+
+def test_dockerfile_copies_only_what_the_repo_has() -> None:
+    copies = _instructions("COPY")
+    assert copies
+    for args in copies:
+        *sources, _dest = shlex.split(args)
+        for source in sources:
+            assert (ROOT / source).exists(), f"COPY {source}: no such file in the repo"
+
+
+def test_dockerfile_writes_the_demo_config_where_it_serves_from() -> None:
+    """The image's default config is the demo config as the installed gateway prints it, written
+    at build time to the path ``CMD`` serves (nothing to keep in step by hand)."""
+    served = _exec_form(_instructions("CMD")[-1])[2]
+    wanted = f"chat-gateway demo --print-config > {served}"
+    runs = _instructions("RUN")
+    assert any(wanted in " ".join(run.split()) for run in runs), runs
+    install = next(i for i, run in enumerate(runs) if "pip install" in run)
+    assert install < next(i for i, run in enumerate(runs) if wanted in " ".join(run.split()))
 
 
 def test_dockerfile_base_and_entrypoint() -> None:
@@ -287,11 +323,17 @@ def test_promtool_check_config() -> None:
 
 
 def test_example_configs_validate() -> None:
-    """Every config shipped in the repo passes the gateway's own validation."""
-    from gateway.config import parse_config
-
+    """Every config shipped in the repo, and the one the image writes, passes the gateway's own
+    validation."""
     configmap = yaml.safe_load((ROOT / "deploy/kubernetes/configmap.yaml").read_text())
     embedded = yaml.safe_load(configmap["data"]["config.yaml"])
     parse_config(embedded, env={"OPENAI_API_KEY": "sk-test"})
-    for path in ("config/demo.yaml", "config/compose.yaml"):
-        parse_config(yaml.safe_load((ROOT / path).read_text()), env={})
+    parse_config(yaml.safe_load((ROOT / "config/compose.yaml").read_text()), env={})
+    # what the image's build step runs, here from a directory without the repo
+    script = Path(sys.executable).parent / "chat-gateway"
+    assert script.exists(), "install the project (pip install -e .) for its console script"
+    image = subprocess.run([str(script), "demo", "--print-config"], capture_output=True,
+                           text=True, timeout=30, cwd="/", check=False)
+    assert image.returncode == 0, image.stderr
+    config = parse_config(yaml.safe_load(image.stdout), env={})
+    assert config.routes and config.upstreams

@@ -1,4 +1,4 @@
-"""The configs the docs show are configs the gateway accepts."""
+"""The configs the docs show are configs the gateway accepts, and the files they name exist."""
 
 from __future__ import annotations
 
@@ -33,3 +33,21 @@ def test_readme_first_screen_has_the_two_commands() -> None:
     makefile = (ROOT / "Makefile").read_text()
     assert re.search(r"^demo:", makefile, re.M) and re.search(r"^test:", makefile, re.M)
     assert "make test" in (ROOT / ".ci/run").read_text()
+
+
+_REPO_PATH = re.compile(r"(?<![\w/.-])(?:config|deploy|docs|bench|gateway|tests)/[\w./<>*-]*")
+DOCS = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
+
+
+def test_docs_name_only_files_the_repo_has() -> None:
+    """A file the docs send the reader to is there (placeholders such as ``run-<time>.json``
+    aside)."""
+    named: dict[str, set[str]] = {}
+    for doc in DOCS:
+        for token in _REPO_PATH.findall((ROOT / doc).read_text()):
+            path = token.rstrip(".-")
+            if "<" not in path and "*" not in path:
+                named.setdefault(path, set()).add(doc)
+    assert len(named) > 10, named  # the pattern still finds what the docs link to
+    missing = {path: sorted(docs) for path, docs in named.items() if not (ROOT / path).exists()}
+    assert not missing, missing

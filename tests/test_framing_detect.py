@@ -1,5 +1,6 @@
-"""Framing sniffed from the bytes (never the Content-Type), and the golden captures of real servers
-read through :class:`SniffingReader` whole, byte by byte and split at every offset."""
+"""Framing sniffed from the bytes (never the Content-Type), and the captures of real servers (now
+the dialects' samples and tests/golden files) read through :class:`SniffingReader` whole, byte by
+byte and split at every offset."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ from typing import Any
 import orjson
 import pytest
 
+import gateway.dialects
 from gateway.errors import FramingError
 from gateway.framing import Framing, RawData, SniffingReader, detect_framing, encoder_for
 from gateway.framing.jsonlines import encode_line
 from gateway.framing.sse import encode_event
 
-CAPTURES = Path(__file__).resolve().parent / "golden" / "captures"
+SAMPLES = Path(gateway.dialects.__file__).resolve().parent / "samples"
+GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
 BOM = b"\xef\xbb\xbf"
 
 
@@ -148,7 +151,10 @@ def test_encoder_for_round_trips_through_the_sniffer(framing: Framing) -> None:
 
 
 def capture(name: str) -> bytes:
-    return (CAPTURES / name).read_bytes()
+    """A capture, by its path under the samples or (``golden:``) under tests/golden."""
+    if name.startswith("golden:"):
+        return (GOLDEN_DIR / name.removeprefix("golden:")).read_bytes()
+    return (SAMPLES / name).read_bytes()
 
 
 def check_text(payloads: list[Any]) -> None:
@@ -243,17 +249,17 @@ def check_chatui_multi_agent(payloads: list[Any]) -> None:
 
 
 GOLDEN = [
-    ("azure-search-openai-demo/chat_stream_text.jsonl", "jsonlines", check_text),
-    ("azure-search-openai-demo/chat_stream_session_state.jsonl", "jsonlines",
+    ("protocol-2024-05-29/text.stream", "jsonlines", check_text),
+    ("protocol-2024-05-29/session.stream", "jsonlines",
      check_session_state),
-    ("azure-search-openai-demo/chat_stream_followup.jsonl", "jsonlines", check_followup),
-    ("azure-search-openai-demo/chat_stream_exception.jsonl", "jsonlines", check_exception),
-    ("ai-chat-protocol/chat_stream_crlf.jsonl", "jsonlines", check_crlf),
-    ("openai/chat_stream_usage.sse", "sse", check_openai_usage),
-    ("openai/chat_stream_midstream_error.sse", "sse", check_openai_error),
-    ("chatui/chat_stream.sse", "sse", check_chatui_stream),
-    ("chatui/minimal_response.json", "jsonlines", check_chatui_minimal),
-    ("chatui/multi_agent_response.json", "jsonlines", check_chatui_multi_agent),
+    ("protocol-2024-05-29/followup.stream", "jsonlines", check_followup),
+    ("golden:protocol-2024-05-29/capture-exception.stream", "jsonlines", check_exception),
+    ("protocol-2024-05-29/crlf.stream", "jsonlines", check_crlf),
+    ("openai/text.stream", "sse", check_openai_usage),
+    ("golden:openai/capture-midstream-error.stream", "sse", check_openai_error),
+    ("chatui/text.stream", "sse", check_chatui_stream),
+    ("golden:chatui/capture-minimal.response.json", "jsonlines", check_chatui_minimal),
+    ("golden:chatui/capture-multi-agent.response.json", "jsonlines", check_chatui_multi_agent),
 ]
 
 
@@ -268,7 +274,8 @@ def test_golden_capture(name: str, framing: Framing, check: Any) -> None:
         assert sniff([data[:i], data[i:]]) == whole, i
 
 
-@pytest.mark.parametrize("name", [g[0] for g in GOLDEN if g[0].endswith(".jsonl")])
+@pytest.mark.parametrize("name", [g[0] for g in GOLDEN if g[1] == "jsonlines"
+                                  and not g[0].endswith(".json")])
 def test_golden_json_lines_agree_with_a_naive_line_split(name: str) -> None:
     data = capture(name)
     naive = [orjson.loads(line) for line in data.splitlines() if line.strip()]

@@ -1,15 +1,21 @@
-"""Fuzz targets: whatever bytes or JSON arrive, a reader or a dialect parser lets nothing but
-:class:`ParseError` escape, and :class:`StreamTranslator` raises nothing at all.
+"""Fuzz targets: whatever bytes or JSON arrive, a framing reader or a registered dialect's parser
+or decoder lets nothing but :class:`ParseError` escape, and :class:`StreamTranslator` raises
+nothing at all and always writes its client's framing.
 
-The example count comes from the loaded hypothesis profile: ``HYPOTHESIS_PROFILE=fuzz`` runs
-10,000 examples per target (and lifts the per-test timeout in proportion).
+The JSON is arbitrary, or a dialect's own sample payloads mutated (a value replaced, a key
+dropped or added), so that each decoder gets past its first checks; the keys come from every
+dialect's samples. The example count comes from the loaded hypothesis profile:
+``HYPOTHESIS_PROFILE=fuzz`` runs 10,000 examples per target (and lifts the per-test timeout in
+proportion).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import itertools
 from collections.abc import Callable
+from functools import cache
 from typing import Any
 
 import orjson
@@ -21,34 +27,97 @@ from gateway.canonical import (
     ChatRequest,
     ContextUpdate,
     Message,
+    ReasoningDelta,
     StreamError,
     StreamFinish,
     StreamStart,
     TextDelta,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
 )
-from gateway.dialects import DIALECTS
+from gateway.dialects import DIALECTS, Dialect
 from gateway.errors import ParseError
-from gateway.framing import RawData, SniffingReader, reader_for
-from gateway.framing.jsonlines import JsonLinesReader, encode_line
-from gateway.framing.sse import SSEReader, encode_event
+from gateway.framing import Named, RawData, SniffingReader, encoder_for, reader_for
+from gateway.framing.jsonlines import JsonLinesReader
+from gateway.framing.sse import SSEReader
 from gateway.pipeline import StreamTranslator
 
 # pyproject's 60 s per test is sized for the default profile's 200 examples.
 pytestmark = pytest.mark.timeout(60 * max(1, settings().max_examples // 200))
 
-DIALECT_NAMES = list(DIALECTS)
-PAIRS = [(up, client) for up in DIALECT_NAMES for client in DIALECT_NAMES]
-STREAM_EVENTS = (StreamStart, TextDelta, ContextUpdate, StreamFinish, StreamError)
+NAMES = list(DIALECTS)
+PAIRS = [(up, client) for up in NAMES for client in NAMES]
+STREAM_EVENTS = (StreamStart, TextDelta, ReasoningDelta, ToolCallStart, ToolCallDelta,
+                 ToolCallEnd, ContextUpdate, StreamFinish, StreamError)
 
-# --- bytes ------------------------------------------------------------------------------------
+
+def _small(value: Any) -> Any:
+    """The same shape, smaller: lists of at most two items, strings of at most 16 characters
+    (the samples' contexts run to kilobytes, which only slows the fuzzing down)."""
+    if isinstance(value, Named):
+        return Named(value.event, _small(value.data))
+    if isinstance(value, dict):
+        return {k: _small(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_small(v) for v in value[:2]]
+    if isinstance(value, str):
+        return value[:16]
+    return value
+
+
+@cache
+def sample_payloads(name: str) -> list[Any]:
+    """The payloads of a dialect's sample streams, as its decoder receives them."""
+    d = DIALECTS[name]
+    out: list[Any] = []
+    for data in d.samples.streams.values():
+        reader = SniffingReader(named=d.named_events)
+        out += reader.feed(data) + reader.finish()
+    return out
+
+
+@cache
+def seeds_of(name: str, kind: str) -> list[tuple[Any, list[tuple[Any, ...]]]]:
+    """Small copies of a dialect's sample payloads (``stream``) or bodies (``body``), each with
+    the paths into it."""
+    if kind == "stream":
+        values = [_small(p) for p in sample_payloads(name)]
+    else:
+        s = DIALECTS[name].samples
+        values = [_small(v) for v in [*s.requests.values(), *s.responses.values(), s.error]]
+    return [(v, _paths(v.data if isinstance(v, Named) else v)) for v in values]
+
+
+def _keys(value: Any, out: set[str]) -> None:
+    if isinstance(value, Named):
+        out.add(value.event)
+        _keys(value.data, out)
+    elif isinstance(value, dict):
+        out.update(value)
+        for v in value.values():
+            _keys(v, out)
+    elif isinstance(value, list):
+        for v in value:
+            _keys(v, out)
+
+
+@cache
+def known_keys() -> list[str]:
+    found: set[str] = set()
+    for name in NAMES:
+        for value, _ in [*seeds_of(name, "stream"), *seeds_of(name, "body")]:
+            _keys(value, found)
+    return sorted(found)
+
+
+# --- bytes ---------------------------------------------------------------------------------------
 
 TOKENS = st.sampled_from([
     b"{", b"}", b"[", b"]", b'"', b"\\", b"\\u", b"\n", b"\r", b"\r\n", b"\n\n", b" ", b":",
     b",", b"data:", b"data: ", b"event: ", b"id: ", b"retry: ", b": ping", b"\xef\xbb\xbf",
     b"\x00", b"\xff", b"\xc3", b"\xf0\x9f\x98", b"\xf0\x9f\x98\x80", b"[DONE]", b"null", b"1e400",
-    b"-", b'{"a":1}', b'{"error":"x"}', b'{"delta":{"content":"hi"}}',
-    b'{"choices":[{"delta":{"content":"hi"},"finish_reason":"stop"}]}',
-    b'{"messageId":"m","status":"completed","content":"hi"}',
+    b"-", b'{"a":1}', b'{"error":"x"}',
 ])
 BYTES = st.one_of(
     st.binary(max_size=300),
@@ -63,21 +132,12 @@ def pieces_of(data: st.DataObject, body: bytes) -> list[bytes]:
     return [body[a:b] for a, b in itertools.pairwise(points)]
 
 
-# --- JSON -------------------------------------------------------------------------------------
+# --- JSON ----------------------------------------------------------------------------------------
 
-KEYS = st.one_of(
-    st.text(max_size=8),
-    st.sampled_from([
-        "messages", "role", "content", "context", "session_state", "sessionState", "stream",
-        "choices", "message", "delta", "error", "status", "Items", "$type", "Text", "text",
-        "messageId", "conversationId", "agentName", "sources", "usage", "finish_reason", "id",
-        "created", "model", "temperature", "overrides", "data_points", "citations",
-        "followup_questions", "name", "type", "stream_options", "include_usage", "Role", "Label",
-        "label", "title", "url", "snippet", "code", "AuthorName", "contentType", "index", "param",
-    ]),
-)
-WORDS = st.sampled_from(["assistant", "user", "completed", "failed", "processing", "stop",
-                         "TextContent", "textcontent", "[DONE]", "http://x", "a: b", ""])
+KEYS = st.one_of(st.text(max_size=8), st.deferred(lambda: st.sampled_from(known_keys())))
+WORDS = st.sampled_from(["assistant", "user", "tool", "completed", "failed", "processing",
+                         "stop", "length", "tool_calls", "TextContent", "[DONE]", "http://x",
+                         "a: b", "", "function", "text", "image_url"])
 
 
 def json_values(ints: st.SearchStrategy[int]) -> st.SearchStrategy[Any]:
@@ -98,35 +158,69 @@ WIRE_JSON = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(KEYS, inner, max_size=6),
     max_leaves=25,
 )
-TEXT = st.text(max_size=10) | WORDS
-# Chunks shaped like each dialect's, so the decoders and encoders get past their first checks.
-DELTA_CHUNKS = st.fixed_dictionaries(
-    {"delta": st.fixed_dictionaries({}, optional={"content": st.none() | TEXT,
-                                                  "role": st.none() | TEXT})},
-    optional={"context": WIRE_JSON, "session_state": WIRE_JSON, "sessionState": WIRE_JSON})
-CHOICES_CHUNKS = st.fixed_dictionaries(
-    {"choices": st.lists(st.fixed_dictionaries({}, optional={
-        "delta": st.fixed_dictionaries({}, optional={"content": st.none() | TEXT}),
-        "finish_reason": st.none() | TEXT, "context": WIRE_JSON, "session_state": WIRE_JSON,
-    }), max_size=2)},
-    optional={"usage": WIRE_JSON, "id": TEXT, "created": st.integers(0, 2**40), "model": TEXT})
-CHATUI_CHUNKS = st.fixed_dictionaries(
-    {"messageId": TEXT, "content": TEXT},
-    optional={"status": WORDS, "agentName": TEXT, "conversationId": TEXT, "error": WIRE_JSON,
-              "sources": st.lists(st.fixed_dictionaries({}, optional={
-                  "id": TEXT, "title": TEXT, "url": TEXT, "snippet": TEXT}), max_size=3)})
-ERROR_CHUNKS = st.fixed_dictionaries({"error": WIRE_JSON})
-CHUNKS = st.one_of(DELTA_CHUNKS, CHOICES_CHUNKS, CHATUI_CHUNKS, ERROR_CHUNKS)
-SHAPES = {
-    "protocol-2024-01-28": CHOICES_CHUNKS,
-    "protocol-2024-05-29": DELTA_CHUNKS,
-    "chatui": CHATUI_CHUNKS,
-    "openai": CHOICES_CHUNKS,
-}
-PAYLOADS = st.one_of(JSON, CHUNKS, st.builds(RawData, TEXT))
 
 
-# --- readers ----------------------------------------------------------------------------------
+def _paths(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [path]
+    if isinstance(value, dict):
+        for k, v in value.items():
+            out += _paths(v, (*path, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            out += _paths(v, (*path, i))
+    return out
+
+
+def _at(value: Any, path: tuple[Any, ...]) -> Any:
+    for p in path:
+        value = value[p]
+    return value
+
+
+@st.composite
+def mutated(draw: st.DrawFn, seeds: list[tuple[Any, list[tuple[Any, ...]]]], *,
+            wire: bool = False) -> Any:
+    """One of ``seeds`` with up to three changes: a value replaced, a key dropped, a key added
+    (each at a place the seed has, while the seed's shape still holds it)."""
+    seed, paths = draw(st.sampled_from(seeds))
+    value = copy.deepcopy(seed)
+    named = value if isinstance(value, Named) else None
+    body = named.data if named is not None else value
+    for _ in range(draw(st.integers(0, 3))):
+        path = draw(st.sampled_from(paths))
+        new = draw(WIRE_JSON if wire else JSON)
+        if not path:
+            body = new
+            continue
+        try:
+            parent, key = _at(body, path[:-1]), path[-1]
+            parent[key]
+        except (KeyError, IndexError, TypeError):
+            continue  # an earlier change took this place away
+        if not isinstance(parent, dict | list):
+            continue  # ... or put a string there
+        match draw(st.sampled_from(["replace", "drop", "add"])):
+            case "replace":
+                parent[key] = new
+            case "drop":
+                del parent[key]
+            case "add" if isinstance(parent, dict):
+                parent[draw(KEYS)] = new
+            case _:
+                parent.insert(key, new)
+    if named is not None:
+        event = draw(st.sampled_from([named.event, named.event, "message"]) | st.text(max_size=6))
+        return Named(event, body)
+    return body
+
+
+def payloads(name: str) -> st.SearchStrategy[Any]:
+    return st.one_of(JSON, mutated(seeds_of(name, "stream")),
+                     st.builds(RawData, st.text(max_size=10) | WORDS),
+                     st.builds(Named, st.text(max_size=6), JSON))
+
+
+# --- readers -------------------------------------------------------------------------------------
 
 READERS: dict[str, Callable[[], Any]] = {
     "jsonlines": JsonLinesReader,
@@ -135,6 +229,7 @@ READERS: dict[str, Callable[[], Any]] = {
     "sse-small": lambda: SSEReader(64),
     "sniffing": SniffingReader,
     "sniffing-small": lambda: SniffingReader(64),
+    "sniffing-named": lambda: SniffingReader(named=True),
 }
 
 
@@ -152,22 +247,24 @@ def test_readers_let_only_parse_errors_escape(
         pass
 
 
-# --- dialect parsers --------------------------------------------------------------------------
+# --- dialect parsers -----------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("method", ["parse_request", "parse_response", "parse_error"])
-@pytest.mark.parametrize("name", DIALECT_NAMES)
-@given(body=JSON | CHUNKS)
-def test_dialect_parsers_let_only_parse_errors_escape(name: str, method: str, body: Any) -> None:
+@pytest.mark.parametrize("name", NAMES)
+@given(data=st.data())
+def test_dialect_parsers_let_only_parse_errors_escape(name: str, method: str,
+                                                      data: st.DataObject) -> None:
+    body = data.draw(JSON | mutated(seeds_of(name, "body")), label="body")
     with contextlib.suppress(ParseError):
         getattr(DIALECTS[name], method)(body)
 
 
-@pytest.mark.parametrize("name", DIALECT_NAMES)
-@given(payloads=st.lists(PAYLOADS, max_size=8))
-def test_stream_decoders_let_only_parse_errors_escape(name: str, payloads: list[Any]) -> None:
+@pytest.mark.parametrize("name", NAMES)
+@given(data=st.data())
+def test_stream_decoders_let_only_parse_errors_escape(name: str, data: st.DataObject) -> None:
     decoder = DIALECTS[name].decoder()
-    for payload in payloads:
+    for payload in data.draw(st.lists(payloads(name), max_size=8), label="payloads"):
         try:
             events = decoder.decode(payload)
         except ParseError:
@@ -176,27 +273,35 @@ def test_stream_decoders_let_only_parse_errors_escape(name: str, payloads: list[
     assert all(isinstance(e, STREAM_EVENTS) for e in decoder.end())
 
 
-# --- the stream pipeline ----------------------------------------------------------------------
+# --- the stream pipeline -------------------------------------------------------------------------
+
+
+def _framed(d: Dialect, payload: Any) -> bytes:
+    frame = encoder_for(d.framing)
+    if isinstance(payload, Named):
+        return frame(Named(payload.event, orjson.dumps(payload.data)))
+    if isinstance(payload, RawData):
+        return frame(payload.text.encode())
+    return frame(orjson.dumps(payload))
 
 
 @st.composite
 def upstream_bodies(draw: st.DrawFn, upstream: str) -> bytes:
-    """Arbitrary bytes, or framed payloads (mostly shaped like ``upstream``'s chunks) with the odd
+    """Arbitrary bytes, or framed payloads (mostly the upstream's own, mutated) with the odd
     stray bytes between."""
     if draw(st.integers(0, 3)) == 0:
         return draw(BYTES)
-    frame = draw(st.sampled_from([encode_line, encode_event]))
+    d = DIALECTS[upstream]
+    seeds = seeds_of(upstream, "stream")
     parts: list[bytes] = []
     for kind in draw(st.lists(st.integers(0, 19), max_size=8)):
         if kind < 14:
-            payload = orjson.dumps(draw(SHAPES[upstream]))
-        elif kind < 17:
-            payload = orjson.dumps(draw(CHUNKS))
+            payload = draw(mutated(seeds, wire=True))
         elif kind < 18:
-            payload = orjson.dumps(draw(WIRE_JSON))
+            payload = draw(WIRE_JSON)
         else:
-            payload = draw(st.sampled_from([b"[DONE]", b"", b"oops"]))
-        parts.append(frame(payload))
+            payload = RawData(draw(st.sampled_from(["[DONE]", "", "oops"])))
+        parts.append(_framed(d, payload))
         if draw(st.integers(0, 19)) == 0:
             parts.append(draw(TOKENS))
     return b"".join(parts)
@@ -205,47 +310,67 @@ def upstream_bodies(draw: st.DrawFn, upstream: str) -> bytes:
 REQ = ChatRequest(messages=[Message("user", "hi")])
 
 
-@pytest.mark.parametrize(("upstream", "client"), PAIRS, ids=[f"{u}->{c}" for u, c in PAIRS])
+@pytest.mark.parametrize("upstream", NAMES)
 @given(data=st.data())
-def test_stream_translator_never_raises(upstream: str, client: str, data: st.DataObject) -> None:
+def test_stream_translator_never_raises(upstream: str, data: st.DataObject) -> None:
+    """Every client of the upstream's body, each fed the same random reads."""
     body = data.draw(upstream_bodies(upstream), label="body")
-    translator = StreamTranslator(DIALECTS[upstream], DIALECTS[client], REQ)
-    sent: list[bytes] = []
-    for piece in pieces_of(data, body):
+    reads = pieces_of(data, body)
+    policy = data.draw(st.sampled_from(["reject", "drop"]), label="policy")
+    for client in DIALECTS.values():
+        translator = StreamTranslator(DIALECTS[upstream], client, REQ, policy=policy)
+        sent: list[bytes] = []
+        for piece in reads:
+            failed_before = translator.error is not None
+            out = translator.feed(piece)
+            assert isinstance(out, bytes)
+            if failed_before:
+                assert out == b"", "output after the stream failed"
+            sent.append(out)
         failed_before = translator.error is not None
-        out = translator.feed(piece)
+        out = translator.finish()
         assert isinstance(out, bytes)
         if failed_before:
             assert out == b"", "output after the stream failed"
         sent.append(out)
-    failed_before = translator.error is not None
-    out = translator.finish()
-    assert isinstance(out, bytes)
-    if failed_before:
-        assert out == b"", "output after the stream failed"
-    sent.append(out)
-    # What the client gets is always well framed in its own dialect's framing.
-    reader = reader_for(DIALECTS[client].framing)
-    reader.feed(b"".join(sent))
-    reader.finish()
+        # What the client gets is always well framed in its own dialect's framing.
+        reader = reader_for(client.framing, named=client.named_events)
+        reader.feed(b"".join(sent))
+        reader.finish()
 
 
-@pytest.mark.parametrize("client", sorted(DIALECTS))
-@pytest.mark.parametrize("depth", [255, 1000])
-def test_translator_fails_cleanly_on_chunks_too_deep_to_write(client: str, depth: int) -> None:
+def _deeply(u: Dialect, payload: Any, path: tuple[Any, ...], depth: int) -> bytes:
+    """``payload`` framed with the value at ``path`` replaced by one ``depth`` levels deep
+    (written by hand: orjson writes only 254 levels)."""
+    changed = copy.deepcopy(payload)
+    body = changed.data if isinstance(changed, Named) else changed
+    _at(body, path[:-1])[path[-1]] = "\u0000deep\u0000"
+    deep = b'{"context":' * depth + b"1" + b"}" * depth
+    return _framed(u, changed).replace(b'"\\u0000deep\\u0000"', deep)
+
+
+@pytest.mark.parametrize(("upstream", "client"), PAIRS, ids=[f"{u}->{c}" for u, c in PAIRS])
+def test_translator_fails_cleanly_on_chunks_too_deep_to_write(upstream: str,
+                                                               client: str) -> None:
     """orjson reads 1024 levels but writes 254: a chunk the client's dialect must carry on
-    becomes an error event, never an exception (the same-dialect pass-through and the chatui
-    citation walk both used to raise); a client whose dialect drops context never sees it."""
-    upstream = DIALECTS["protocol-2024-05-29"]
-    tr = StreamTranslator(upstream, DIALECTS[client], ChatRequest(messages=[Message("user", "hi")]))
-    head = tr.feed(b'{"delta":{"role":"assistant"}}\n{"delta":{"content":"ok"}}\n')
-    assert head and tr.error is None
-    deep = b'{"context":' * depth + b"1" + b"}" * depth + b"\n"
-    out = tr.feed(deep) + tr.finish()
-    if client.startswith("protocol-"):  # these carry the context on, so it must fail
-        assert tr.error is not None and tr.broken
-        assert b"nested too deeply" in out
-    if tr.error is not None:
-        assert tr.feed(b'{"delta":{"content":"late"}}\n') == b""
-    else:
-        assert tr.done and b"ok" in head
+    becomes an error event, never an exception. Each place (two levels down) of the upstream's
+    first payloads in turn gets a value 255 and 1,000 levels deep; a same-dialect route passes
+    the payload on as it came, so it must fail; any other fails cleanly or never carries it."""
+    u, c = DIALECTS[upstream], DIALECTS[client]
+    seeds = sample_payloads(upstream)[:3]
+    for n, seed in enumerate(seeds):
+        if isinstance(seed, RawData):
+            continue
+        body = seed.data if isinstance(seed, Named) else seed
+        for path in [p for p in _paths(body) if 0 < len(p) <= 2]:
+            for depth in (255, 1000):
+                deep = _deeply(u, seed, path, depth)
+                assert deep.count(b'{"context":') >= depth
+                head = b"".join(_framed(u, p) for p in seeds[:n])
+                tr = StreamTranslator(u, c, REQ, policy="drop")
+                out = tr.feed(head) + tr.feed(deep) + tr.finish()
+                assert isinstance(out, bytes)
+                if tr.error is not None:
+                    assert tr.feed(_framed(u, seeds[0])) == b""
+                if u is c:  # passed on as it came, or refused by the decoder first
+                    assert tr.error is not None and tr.broken, (n, path, depth)

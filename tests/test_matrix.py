@@ -1,15 +1,10 @@
-"""Every ordered (upstream dialect, client dialect) pair, whole and streamed, plus requests.
+"""Every ordered (upstream, client) pair of registered dialects, whole and streamed, plus requests.
 
-A canonical answer (unicode text, citations, follow-ups, session state, usage) is rendered in the
-upstream dialect, translated by the pipeline into the client dialect, and read back the way a client
-of that dialect would read it. What both sides of a pair can carry must arrive unchanged:
-
-- text: every dialect;
-- citations: protocol-2024-01-28, protocol-2024-05-29, chatui (``sources``);
-- follow-up questions: the two protocol dialects;
-- session state: the protocol dialects (any JSON), chatui (strings, as ``conversationId``); when the
-  upstream has none the client gets back the one it sent;
-- usage: protocol-2024-01-28 and openai.
+The upstream's bodies are its samples and the richer cases its strict module writes
+(:mod:`observe`); the client's output is read by the client dialect's strict reader; what must
+arrive is decided by the two dialects' capabilities only (:func:`observe.answer_checks`,
+:func:`observe.request_checks`). No dialect is named: a dialect registered from outside (the
+fixture dialect of tests/dialects) runs through every test here.
 """
 
 from __future__ import annotations
@@ -17,467 +12,342 @@ from __future__ import annotations
 import random
 from typing import Any
 
-import orjson
 import pytest
-from readback import CAN_CITE, check_framing, payloads_of, read_back
-
-from gateway.canonical import (
-    AssistantMessage,
-    ChatError,
-    ChatRequest,
-    ChatResponse,
-    Citation,
-    ContextUpdate,
-    StreamError,
-    StreamEvent,
-    StreamFinish,
-    StreamStart,
-    TextDelta,
-    citations_of,
-    context_with_citations,
-    followups_of,
+from observe import (
+    RICH,
+    Case,
+    answer_checks,
+    chunks,
+    client_request,
+    governed_losses,
+    pairs,
+    read_client_stream,
+    read_upstream_stream,
+    request_cases,
+    request_checks,
+    run_stream,
+    stream_cases,
+    strict,
+    translate_client_request,
+    translate_whole,
+    whole_cases,
 )
-from gateway.dialects import DIALECT_NAMES, Dialect, get
-from gateway.framing import RawData, encoder_for
+from strict._wire import tolerant
+from strict.observed import Observed
+
+from gateway.canonical import ChatError
+from gateway.carry import GOVERNED, EventGate, Policy, Unsupported
+from gateway.dialects import DIALECTS, Dialect
+from gateway.dialects.base import FIELDS
+from gateway.framing import encoder_for
 from gateway.pipeline import (
+    StreamAssembler,
     StreamTranslator,
-    translate_error,
-    translate_request,
-    translate_response,
+    adapt_response,
+    events_from_response,
+    with_session_echo,
 )
 
-P0128, P0529, CHATUI, OPENAI = DIALECT_NAMES
-PAIRS = [(u, c) for u in DIALECT_NAMES for c in DIALECT_NAMES]
-PAIR_IDS = [f"{u}->{c}" for u, c in PAIRS]
-
-CAN_FOLLOW = {P0128, P0529}
-USAGE_WHOLE = {P0128, OPENAI}
-
-TEXT = ("Héllo wörld 👋🏽 — «quotes» \"double\" \\ back\\slash\n"
-        "line two\r\nline three\n\n日本語のテキスト 🇫🇷👨‍👩‍👧 end")
-CITATIONS = [
-    Citation("Benefit_Options.pdf#page=3", "Benefit_Options.pdf#page=3", None,
-             "Both plans: cover 🏥 care\nand more"),
-    Citation("https://example.com/a?b=1", "https://example.com/a?b=1",
-             "https://example.com/a?b=1", "web snippet ü"),
-    Citation("notes.txt", "notes.txt", None, None),
-]
-FOLLOWUPS = ["What about dental? 🦷", "And vision?"]
-USAGE = {"prompt_tokens": 9, "completion_tokens": 12, "total_tokens": 21}
-STATES: dict[str, tuple[Any, Any]] = {
-    # kind: (the upstream's session state, the one the client sent)
-    "string": ("sess-up-ü-🙂", "sess-req-1"),
-    "object": ({"conversation_id": 1234, "ü": ["x", None, True, 1.5]}, {"conversation_id": 1}),
-    "mixed": ({"conversation_id": 1234}, "sess-req-1"),
-}
-ERROR_MESSAGE = "upstream exploded: ü 💥\nsecond line"
+PAIRS = pairs()
+IDS = [f"{u}->{c}" for u, c in PAIRS]
+NAMES = list(DIALECTS)
 
 
-# --- helpers -------------------------------------------------------------------------------------
+def policies(want: Observed, cl: Dialect) -> tuple[Policy, ...]:
+    return ("reject", "drop") if governed_losses(want, cl) else ("reject",)
 
 
-def wire(value: Any) -> Any:
-    """What the other side of a socket reads."""
-    return orjson.loads(orjson.dumps(value))
+def text_chars(up: Dialect, want: Observed) -> int:
+    """The characters of answer text the upstream sent (agents' headers are the client's)."""
+    if up.capabilities.multi_agent and want.agents:
+        return sum(len(t) for _, t in want.agents)
+    return len(want.text)
 
 
-def can_carry(dialect: str, state: Any) -> bool:
-    if state is None or dialect == OPENAI:
-        return False
-    return dialect != CHATUI or isinstance(state, str)
+# --- the test data itself ------------------------------------------------------------------------
 
 
-def messages() -> list[dict[str, Any]]:
-    return [{"role": "system", "content": "Be brief."},
-            {"role": "user", "content": "Hi ü"},
-            {"role": "assistant", "content": "Hello!"},
-            {"role": "user", "content": "What is covered? 🤔"}]
+@pytest.mark.parametrize("name", [n for n, d in DIALECTS.items()
+                                  if hasattr(strict(d), "write_whole")])
+def test_strict_writers_keep_what_the_dialect_declares(name: str) -> None:
+    """The strict module's writer and reader agree on every field the dialect declares (else the
+    matrix below would start from less than it thinks)."""
+    d = DIALECTS[name]
+    module, caps = strict(d), d.capabilities
+    for case, obs in RICH.items():
+        for got in (module.read_whole(module.write_whole(obs)),
+                    read_upstream_stream(d, module.write_stream(obs, random.Random(case)))):
+            assert got.text == obs.text, case
+            assert (got.citations != []) == (caps.citations and obs.citations != []), case
+            if caps.followups:
+                assert got.followups == obs.followups, case
+            if caps.thoughts:
+                assert got.thoughts == obs.thoughts, case
+            if caps.tools:
+                assert got.tool_calls == obs.tool_calls, case
+            if caps.reasoning:
+                assert got.reasoning == obs.reasoning, case
+            if caps.multi_agent and obs.agents:
+                assert got.agents == obs.agents, case
+            if caps.session_state == "json" or (isinstance(obs.session_state, str) and \
+                    caps.session_state == "string"):
+                assert got.session_state == obs.session_state, case
 
 
-def client_body(client: str, *, stream: bool, state: Any,
-                temperature: float | None = None) -> dict[str, Any]:
-    """A request as a real client of ``client`` sends it."""
-    body: dict[str, Any] = {"messages": messages()}
-    if client == P0128:
-        body["stream"] = stream
-        body["session_state"] = state
-        if temperature is not None:
-            body["context"] = {"overrides": {"temperature": temperature, "top": 3}}
-    elif client == P0529:  # the JavaScript SDK's camelCase
-        if state is not None:
-            body["sessionState"] = state
-        if temperature is not None:
-            body["context"] = {"overrides": {"temperature": temperature}}
-    elif client == CHATUI:
-        if isinstance(state, str):
-            body["conversationId"] = state
-    else:
-        body["model"] = "gpt-client"
-        body["stream"] = stream
-        if stream:
-            body["stream_options"] = {"include_usage": True}
-        if temperature is not None:
-            body["temperature"] = temperature
-    return body
-
-
-def client_request(client: str, *, stream: bool, state: Any) -> ChatRequest:
-    req = get(client).parse_request(wire(client_body(client, stream=stream, state=state)))
-    req.stream = stream
-    return req
-
-
-def upstream_request(upstream: str) -> ChatRequest:
-    """The request the upstream answers, in its own dialect: the reference RAG backend spells
-    ``session_state``; an OpenAI upstream was asked for usage."""
-    body: dict[str, Any] = {"messages": [{"role": "user", "content": "q"}]}
-    if upstream == P0529:
-        body["session_state"] = None
-    if upstream == OPENAI:
-        body["model"] = "up-model"
-        body["stream"] = True
-        body["stream_options"] = {"include_usage": True}
-    return get(upstream).parse_request(body)
-
-
-def answer_context() -> dict[str, Any]:
-    ctx = context_with_citations(CITATIONS, {"thoughts": [{"title": "t", "description": "d"}]})
-    assert isinstance(ctx, dict)
-    return ctx
-
-
-def canonical_answer(state: Any) -> ChatResponse:
-    return ChatResponse(
-        messages=[AssistantMessage(TEXT)],
-        context={**answer_context(), "followup_questions": FOLLOWUPS},
-        session_state=state, finish_reason="stop", usage=USAGE,
-        id="chatcmpl-up-1", created=1_700_000_000, model="up-model")
-
-
-def split_text(text: str, rng: random.Random) -> list[str]:
-    cuts = sorted(rng.sample(range(1, len(text)), k=min(12, len(text) - 1)))
-    return [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
-
-
-def stream_events(state: Any, rng: random.Random, *, error: bool = False) -> list[StreamEvent]:
-    """Context first, text as many deltas, follow-ups later in a nested context (as the reference
-    backend sends them), then the finish or an error."""
-    events: list[StreamEvent] = [StreamStart(
-        context=answer_context(), session_state=state, id="chatcmpl-up-1",
-        created=1_700_000_000, model="up-model")]
-    pieces = split_text(TEXT, rng)
-    if error:
-        pieces = pieces[: len(pieces) // 2]
-    events.extend(TextDelta(p) for p in pieces)
-    if error:
-        events.append(StreamError(ERROR_MESSAGE))
-        return events
-    events.append(ContextUpdate(context={"context": answer_context(),
-                                         "followup_questions": FOLLOWUPS}))
-    events.append(StreamFinish("stop", USAGE))
-    return events
-
-
-def encode_frames(dialect: Dialect, req: ChatRequest, events: list[StreamEvent]) -> list[bytes]:
-    enc, frame = dialect.encoder(req), encoder_for(dialect.framing)
-    return [frame(p) for e in events for p in enc.encode(e)]
-
-
-def random_chunks(data: bytes, rng: random.Random) -> list[bytes]:
-    out, i = [], 0
-    while i < len(data):
-        n = rng.choice((1, 2, 3, 5, 8, 13, 64, 512))
-        out.append(data[i:i + n])
-        i += n
-    return out
-
-
-def translate_stream(up: str, cl: str, req: ChatRequest, data: bytes,
-                     rng: random.Random) -> tuple[StreamTranslator, bytes]:
-    t = StreamTranslator(get(up), get(cl), req)
-    out = b"".join(t.feed(c) for c in random_chunks(data, rng))
-    return t, out + t.finish()
-
-
-def expected_state(up: str, cl: str, kind: str) -> Any:
-    """The upstream's state where both carry it, else the one the client sent (a chatui client
-    keeps its own ``conversationId`` when the upstream's state is not a string)."""
-    up_state, req_state = STATES[kind]
-    sent = req_state if can_carry(cl, req_state) else None
-    effective = up_state if can_carry(up, up_state) else sent
-    return effective if can_carry(cl, effective) else sent
-
-
-def session_keys_on_wire(payloads: list[Any]) -> set[str]:
-    return {k for p in payloads if isinstance(p, dict)
-            for k in ("sessionState", "session_state") if k in p}
-
-
-def check_synthesised(cl: str, payloads: list[Any], text: str) -> None:
-    """What a client of ``cl`` expects around the text of a clean stream."""
-    if cl == OPENAI:
-        assert payloads[-1] == RawData("[DONE]")
-        chunks = payloads[:-1]
-        assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
-        assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1] == "stop"
-        assert len({(c["id"], c["created"], c["model"]) for c in chunks}) == 1
-    elif cl == CHATUI:
-        last = payloads[-1]
-        assert last["status"] == "completed" and last["content"] == text
-        assert all(p["status"] == "processing" for p in payloads[:-1])
-        assert len({p["messageId"] for p in payloads}) == 1
-    elif cl == P0529:
-        first = payloads[0]
-        assert first["delta"].get("role") == "assistant" and isinstance(first["context"], dict)
-    else:
-        first = payloads[0]["choices"][0]
-        assert first["delta"].get("role") == "assistant" and "context" in first
-        assert len({(p["id"], p["created"]) for p in payloads}) == 1
+def test_every_capability_is_exercised() -> None:
+    """Each declared field is carried by some upstream case of a dialect that declares it, so
+    that the matrix checks it both where it survives and where it is reported."""
+    seen: set[str] = set()
+    for d in DIALECTS.values():
+        caps = d.capabilities
+        for stream, cases in ((False, whole_cases(d)), (True, stream_cases(d))):
+            for c in cases:
+                w = c.want
+                found = {"citations": bool(w.citations), "followups": bool(w.followups),
+                         "thoughts": w.thoughts, "session_state": w.session_state is not None,
+                         "usage_stream" if stream else "usage_whole": w.usage is not None,
+                         "multi_agent": len(w.agents) > 1, "tools": bool(w.tool_calls),
+                         "reasoning": bool(w.reasoning)}
+                seen |= {f for f, on in found.items() if on and getattr(caps, f)}
+        for _, body in [*d.samples.requests.items()]:
+            sent = strict(d).read_request(body)
+            if caps.images and any(m.images for m in sent.messages):
+                seen.add("images")
+    declared = {f for f in FIELDS for d in DIALECTS.values() if getattr(d.capabilities, f)}
+    assert declared - seen == set()
 
 
 # --- whole answers -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", sorted(STATES))
-@pytest.mark.parametrize(("up", "cl"), PAIRS, ids=PAIR_IDS)
-def test_whole(up: str, cl: str, kind: str) -> None:
-    up_state, req_state = STATES[kind]
-    body = wire(get(up).render_response(canonical_answer(up_state), upstream_request(up)))
-    req = client_request(cl, stream=False, state=req_state)
-    out = wire(translate_response(body, get(up), get(cl), req))
-    assert get(cl).parse_error(out) is None
-    back = get(cl).parse_response(out)
-
-    assert back.text == TEXT
-    if up in CAN_CITE and cl in CAN_CITE:
-        assert citations_of(back.context) == CITATIONS
-    if up in CAN_FOLLOW and cl in CAN_FOLLOW:
-        assert followups_of(back.context) == FOLLOWUPS
-    assert back.session_state == expected_state(up, cl, kind)
-    if cl == P0529 and back.session_state is not None:
-        assert "sessionState" in out and "session_state" not in out
-    if up in USAGE_WHOLE and cl in USAGE_WHOLE:
-        assert back.usage == USAGE
-    if cl in (P0128, OPENAI):
-        assert back.finish_reason == "stop"
-    if cl == OPENAI:
-        assert out["model"] == ("up-model" if up in USAGE_WHOLE else "gpt-client")
+@pytest.mark.parametrize(("up", "cl"), PAIRS, ids=IDS)
+def test_whole(up: str, cl: str) -> None:
+    u, c = DIALECTS[up], DIALECTS[cl]
+    for case in whole_cases(u):
+        for policy in policies(case.want, c):
+            req, asked = client_request(c, stream=False, sent=case.sent)
+            out, lost, rejected = translate_whole(case.body, u, c, req, policy=policy)
+            got = None if out is None else strict(c).read_whole(out)
+            if out is not None:
+                assert c.parse_error(out) is None
+            try:
+                answer_checks(u, c, case.want, got, stream=False, sent=asked.session_state,
+                              reported=lost, policy=policy, rejected=rejected, asked=asked)
+            except AssertionError as e:
+                raise AssertionError(f"{case.id} ({policy}): {e}") from e
 
 
-@pytest.mark.parametrize(("up", "cl"), PAIRS, ids=PAIR_IDS)
+@pytest.mark.parametrize(("up", "cl"), PAIRS, ids=IDS)
 def test_whole_error(up: str, cl: str) -> None:
-    body = wire(get(up).render_error(ChatError(500, ERROR_MESSAGE)))
-    err = get(up).parse_error(body)
-    assert err is not None and err.message == ERROR_MESSAGE
-    out = wire(translate_error(err, get(cl)))
-    back = get(cl).parse_error(out)
-    assert back is not None and back.message == ERROR_MESSAGE
+    u, c = DIALECTS[up], DIALECTS[cl]
+    body = u.samples.error
+    message = strict(u).read_error(body)
+    err = u.parse_error(body)
+    assert err is not None and err.message == message
+    out = c.render_error(ChatError(u.samples.error_status, err.message, err.code, err.type))
+    assert strict(c).read_error(out) == message
+    assert c.parse_error(out) is not None
+    for case in whole_cases(u):
+        assert u.parse_error(case.body) is None, case.id
 
 
 # --- streams -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", sorted(STATES))
-@pytest.mark.parametrize(("up", "cl"), PAIRS, ids=PAIR_IDS)
-def test_stream(up: str, cl: str, kind: str) -> None:
-    rng = random.Random(f"{up}/{cl}/{kind}")
-    up_state, req_state = STATES[kind]
-    data = b"".join(encode_frames(get(up), upstream_request(up), stream_events(up_state, rng)))
-    req = client_request(cl, stream=True, state=req_state)
-    t, out = translate_stream(up, cl, req, data, rng)
-
-    assert t.error is None and not t.broken and t.done
-    check_framing(cl, out)
-    payloads = payloads_of(out)
-    check_synthesised(cl, payloads, TEXT)
-    asm = read_back(cl, out)
-    back = asm.response()
-    assert asm.error is None
-    assert back.text == TEXT
-    assert t.text_chars >= len(TEXT)
-    if up in CAN_CITE and cl in CAN_CITE:
-        assert citations_of(back.context) == CITATIONS
-    if up in CAN_FOLLOW and cl in CAN_FOLLOW:
-        assert followups_of(back.context) == FOLLOWUPS
-    assert back.session_state == expected_state(up, cl, kind)
-    if cl == P0529 and back.session_state is not None:
-        assert session_keys_on_wire(payloads) == {"sessionState"}
-    if cl == CHATUI and up in CAN_CITE:
-        sources = payloads[-1]["sources"]
-        assert [(s["id"], s.get("url"), s.get("snippet")) for s in sources] == [
-            (c.id, c.url, c.snippet) for c in CITATIONS]
-    if up in USAGE_WHOLE and cl in USAGE_WHOLE:
-        assert back.usage == USAGE
-    assert back.finish_reason == "stop"
-
-
-@pytest.mark.parametrize(("up", "cl"), PAIRS, ids=PAIR_IDS)
-def test_stream_error(up: str, cl: str) -> None:
-    rng = random.Random(f"error/{up}/{cl}")
-    events = stream_events(None, rng, error=True)
-    partial = "".join(e.text for e in events if isinstance(e, TextDelta))
-    data = b"".join(encode_frames(get(up), upstream_request(up), events))
-    req = client_request(cl, stream=True, state=None)
-    t, out = translate_stream(up, cl, req, data, rng)
-
-    assert t.error is not None and t.error.message == ERROR_MESSAGE and not t.broken
-    check_framing(cl, out)
-    asm = read_back(cl, out)
-    assert asm.error is not None and asm.error.message == ERROR_MESSAGE
-    assert asm.response().text == partial
-    assert asm.response().finish_reason is None
-    assert_ends_in_error(cl, payloads_of(out))
-
-
-def assert_ends_in_error(cl: str, payloads: list[Any]) -> None:
-    """The error is the last thing the client reads: no [DONE], no completed status, no finish."""
-    last = payloads[-1]
-    assert isinstance(last, dict)
-    if cl == CHATUI:
-        assert last["status"] == "failed" and last["error"]["message"]
-        assert all(p["status"] == "processing" for p in payloads[:-1]
-                   if p["messageId"] == last["messageId"])
-    else:
-        assert "error" in last
-    if cl == OPENAI:
-        assert RawData("[DONE]") not in payloads
-        assert all(c["choices"][0]["finish_reason"] is None for c in payloads[:-1])
-    if cl == P0128:
-        assert all(c["choices"][0]["finish_reason"] is None for c in payloads[:-1])
-
-
-@pytest.mark.parametrize(("up", "cl"), PAIRS, ids=PAIR_IDS)
-def test_stream_truncated(up: str, cl: str) -> None:
-    """An upstream body that stops early is never passed off as a clean finish."""
-    rng = random.Random(f"cut/{up}/{cl}")
-    frames = encode_frames(get(up), upstream_request(up), stream_events(None, rng))
-    req = client_request(cl, stream=True, state=None)
-
-    # cut inside a frame: every dialect notices
-    data = b"".join(frames[:3]) + frames[3][: len(frames[3]) // 2]
-    t, out = translate_stream(up, cl, req, data, rng)
-    assert t.broken and t.error is not None
-    check_framing(cl, out)
-    assert read_back(cl, out).error is not None
-    assert_ends_in_error(cl, payloads_of(out))
-
-    # cut between frames: only the dialects with an end marker can tell
-    data = b"".join(frames[:4])
-    t, out = translate_stream(up, cl, req, data, rng)
-    if up in (OPENAI, CHATUI):
-        assert t.broken and t.error is not None
-        assert_ends_in_error(cl, payloads_of(out))
+def check_stream(u: Dialect, c: Dialect, case: Case, pieces: list[bytes], policy: Policy,
+                 ) -> None:
+    req, asked = client_request(c, stream=True, sent=case.sent)
+    t, out = run_stream(u, c, req, pieces, policy=policy)
+    got = read_client_stream(c, out, same=u is c)
+    want = case.want
+    governed = governed_losses(want, c)
+    if governed and policy == "reject":
+        assert t.error is not None and t.error.code == "UNSUPPORTED" and not t.broken
+    elif want.error is not None:
+        assert t.error is not None and t.error.message == want.error and not t.broken
     else:
         assert t.error is None and t.done
+        assert t.text_chars == text_chars(u, want)
+    answer_checks(u, c, want, got, stream=True, sent=asked.session_state, reported=t.dropped,
+                  policy=policy, asked=asked)
 
 
-@pytest.mark.parametrize("first", ["Research", None])
-@pytest.mark.parametrize(("up", "cl"), PAIRS, ids=PAIR_IDS)
-def test_multi_agent(up: str, cl: str, first: str | None) -> None:
-    """Several agents' text reaches every client, whole and streamed; single-message clients get
-    each agent's text headed ``**Name:** `` with a blank line between agents."""
-    rng = random.Random(f"agents/{up}/{cl}/{first}")
-    resp = ChatResponse([AssistantMessage("Found 3 papers 📚.", agent=first),
-                         AssistantMessage("Here is the code:\n```py\nx = 1\n```", agent="Code")])
-    events: list[StreamEvent] = [StreamStart()]
-    for m in resp.messages:
-        events.extend(TextDelta(p, m.agent) for p in split_text(m.content, rng))
-    events.append(StreamFinish())
-    data = b"".join(encode_frames(get(up), upstream_request(up), events))
-    t, out = translate_stream(up, cl, client_request(cl, stream=True, state=None), data, rng)
-    assert t.error is None
-    assert read_back(cl, out).response().text == resp.text
-    whole = wire(get(up).render_response(resp, upstream_request(up)))
-    req = client_request(cl, stream=False, state=None)
-    assert get(cl).parse_response(wire(translate_response(whole, get(up), get(cl), req))).text \
-        == resp.text
+@pytest.mark.parametrize(("up", "cl"), PAIRS, ids=IDS)
+def test_stream(up: str, cl: str) -> None:
+    u, c = DIALECTS[up], DIALECTS[cl]
+    for case in stream_cases(u):
+        for policy in policies(case.want, c):
+            rng = random.Random(f"{up}/{cl}/{case.id}/{policy}")
+            try:
+                check_stream(u, c, case, chunks(case.body, rng), policy)
+            except AssertionError as e:
+                raise AssertionError(f"{case.id} ({policy}): {e}") from e
+
+
+@pytest.mark.parametrize(("up", "cl"), PAIRS, ids=IDS)
+def test_stream_byte_by_byte(up: str, cl: str) -> None:
+    """Every byte a read of its own: every split point of the body at once."""
+    u, c = DIALECTS[up], DIALECTS[cl]
+    for case in stream_cases(u):
+        if case.id.startswith(("sample:text", "tools#", "agents#", "rag-no-state#0")):
+            body = case.body
+            check_stream(u, c, case, [body[i:i + 1] for i in range(len(body))], "drop")
+
+
+@pytest.mark.parametrize("up", NAMES)
+def test_stream_split_at_every_offset(up: str) -> None:
+    """The smallest stream of each upstream, cut in two at every byte, to every client."""
+    u = DIALECTS[up]
+    case = min((c for c in stream_cases(u) if c.want.error is None),
+               key=lambda c: len(c.body))
+    for c in DIALECTS.values():
+        for i in range(len(case.body) + 1):
+            check_stream(u, c, case, [case.body[:i], case.body[i:]], "drop")
+
+
+@pytest.mark.parametrize(("up", "cl"), PAIRS, ids=IDS)
+def test_stream_assembled_into_a_whole_answer(up: str, cl: str) -> None:
+    """An upstream that streams, a client that asked for a whole answer (the one stream driver,
+    then the capability gate of whole answers)."""
+    u, c = DIALECTS[up], DIALECTS[cl]
+    for case in stream_cases(u):
+        for policy in policies(case.want, c):
+            req, asked = client_request(c, stream=False, sent=case.sent)
+            asm = StreamAssembler(u)
+            for piece in chunks(case.body, random.Random(case.id)):
+                asm.feed(piece)
+            resp = asm.finish()
+            if case.want.error is not None:
+                assert asm.error is not None and asm.error.message == case.want.error
+                assert not asm.broken
+                out = c.render_error(ChatError(502, asm.error.message, asm.error.code))
+                assert strict(c).read_error(out) == case.want.error
+                continue
+            assert asm.error is None, (case.id, asm.error)
+            rejected: Unsupported | None = None
+            lost: list[str] = []
+            got = None
+            try:
+                resp, lost = adapt_response(with_session_echo(resp, req), c, policy)
+                got = strict(c).read_whole(c.render_response(resp, req))
+            except Unsupported as e:
+                rejected = e
+            try:
+                answer_checks(u, c, case.want, got, stream=False, sent=asked.session_state,
+                              reported=lost, policy=policy, rejected=rejected, asked=asked,
+                              late_model=True)
+            except AssertionError as e:
+                raise AssertionError(f"{case.id} ({policy}): {e}") from e
+
+
+@pytest.mark.parametrize(("up", "cl"), PAIRS, ids=IDS)
+def test_whole_answer_served_as_a_stream(up: str, cl: str) -> None:
+    """An upstream that never streams, a client that asked for a stream: the whole answer as
+    events, through the capability gate a route applies to every stream, then the client's
+    encoder."""
+    u, c = DIALECTS[up], DIALECTS[cl]
+    for case in whole_cases(u):
+        for policy in policies(case.want, c):
+            req, asked = client_request(c, stream=True, sent=case.sent)
+            resp = with_session_echo(u.parse_response(case.body), req)
+            gate = EventGate(c, policy)
+            encoder, frame = c.encoder(req), encoder_for(c.framing)
+            events = gate.filter(events_from_response(resp))
+            out = b"".join(frame(p) for e in events for p in encoder.encode(e))
+            got = read_client_stream(c, out, same=False)
+            try:
+                answer_checks(u, c, case.want, got, stream=True, sent=asked.session_state,
+                              reported=gate.dropped, policy=policy, asked=asked)
+            except AssertionError as e:
+                raise AssertionError(f"{case.id} ({policy}): {e}") from e
+
+
+# --- streams that break --------------------------------------------------------------------------
+
+
+def frame_ends(body: bytes) -> list[int]:
+    """Where each frame of a body in the strict form ends (JSON lines, or SSE events)."""
+    sep = b"\n\n" if body.endswith(b"\n\n") else b"\n"
+    ends, i = [], 0
+    while (j := body.find(sep, i)) != -1:
+        ends.append(j + len(sep))
+        i = j + len(sep)
+    return ends
+
+
+def assert_broken(t: Any, got: Observed) -> None:
+    assert t.broken and t.error is not None, "a broken stream passed off as a clean finish"
+    assert got.error is not None, "the client was not told the stream broke"
+
+
+@pytest.mark.parametrize(("up", "cl"), PAIRS, ids=IDS)
+def test_truncated_stream(up: str, cl: str) -> None:
+    """Cut anywhere, an upstream's stream is never passed off as a clean finish, unless the
+    upstream's own (tolerant) strict reader cannot tell the cut body from a whole one; then the
+    client reads exactly what that reader read."""
+    u, c = DIALECTS[up], DIALECTS[cl]
+    req, _ = client_request(c, stream=True)
+    for case in stream_cases(u):
+        if case.want.error is not None or not case.id.startswith(("sample:", "agents#",
+                                                                  "rag-string")):
+            continue
+        body = tolerant(case.body)
+        ends = frame_ends(body)
+        for end in [0, *ends[:-1]]:
+            t, out = run_stream(u, c, req, [body[:end]], policy="drop")
+            got = read_client_stream(c, out, same=u is c)
+            try:
+                want = read_upstream_stream(u, body[:end])
+            except AssertionError:
+                assert_broken(t, got)
+                continue
+            assert t.error is None and got.error is None, (case.id, end, t.error)
+            assert got.text == want.text
+        for start, end in zip([0, *ends], ends, strict=False):
+            middle = (start + end) // 2
+            if body[start:middle].strip():
+                t, out = run_stream(u, c, req, [body[:middle]], policy="drop")
+                assert_broken(t, read_client_stream(c, out, same=u is c))
+
+
+@pytest.mark.parametrize(("up", "cl"), PAIRS, ids=IDS)
+def test_aborted_stream(up: str, cl: str) -> None:
+    """The upstream's connection failed mid-stream: the client is told, after what it was
+    shown."""
+    u, c = DIALECTS[up], DIALECTS[cl]
+    req, _ = client_request(c, stream=True)
+    case = next(k for k in stream_cases(u) if k.id == "sample:text")
+    body = tolerant(case.body)
+    half = frame_ends(body)[len(frame_ends(body)) // 2]
+    t = StreamTranslator(u, c, req)
+    out = t.feed(body[:half]) + t.abort("the upstream failed mid-stream: reset")
+    got = read_client_stream(c, out, same=u is c)
+    assert_broken(t, got)
+    assert t.feed(body[half:]) == b"" and t.finish() == b""
+    assert case.want.text.startswith(got.text)
 
 
 # --- requests ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("stream", [False, True])
 @pytest.mark.parametrize(("cl", "up"), PAIRS, ids=[f"{c}->{u}" for c, u in PAIRS])
-def test_request(cl: str, up: str, stream: bool) -> None:
-    state = {"user": "ü", "turn": 2} if cl != CHATUI else "conv-ü-1"
-    body = wire(client_body(cl, stream=stream, state=state, temperature=0.3))
-    _, out = translate_request(body, get(cl), get(up), stream=stream, model="default-model")
-    out = wire(out)
-    back = get(up).parse_request(out)
-
-    assert [(m.role, m.content) for m in back.messages] == [
-        (m["role"], m["content"]) for m in messages()]
-    assert back.session_state == (state if can_carry(cl, state) and can_carry(up, state)
-                                  else None)
-    if cl != CHATUI and up != CHATUI:
-        assert back.sampling.get("temperature") == 0.3
-    if up == OPENAI:
-        assert out["model"] == ("gpt-client" if cl == OPENAI else "default-model")
-        assert out.get("temperature") == (None if cl == CHATUI else 0.3)
-    if up in (P0128, OPENAI):
-        assert out.get("stream", False) is stream
-    if up == CHATUI and stream:
-        assert out["stream"] is True
-    if up != cl and up in (P0128, P0529) and cl == OPENAI:
-        assert out["context"] == {"overrides": {"temperature": 0.3}}
+def test_request(cl: str, up: str) -> None:
+    c, u = DIALECTS[cl], DIALECTS[up]
+    for name, body in request_cases(c):
+        sent = strict(c).read_request(body)
+        for stream in (False, True):
+            for policy in ("reject", "drop"):
+                out, lost, rejected = translate_client_request(body, c, u, stream=stream,
+                                                               policy=policy)
+                got = None if out is None else strict(u).read_request(out)
+                try:
+                    request_checks(c, u, sent, got, stream=stream, lost=lost, policy=policy,
+                                   rejected=rejected)
+                except AssertionError as e:
+                    raise AssertionError(f"{name} stream={stream} {policy}: {e}") from e
 
 
-def test_request_model_default_when_client_names_none() -> None:
-    body = {"messages": [{"role": "user", "content": "hi"}]}
-    for cl in DIALECT_NAMES:
-        _, out = translate_request(body, get(cl), get(OPENAI), stream=False, model="dflt")
-        assert out["model"] == "dflt"
-
-
-@pytest.mark.parametrize("key", ["sessionState", "session_state"])
-@pytest.mark.parametrize("up", DIALECT_NAMES)
-def test_p0529_client_gets_its_own_spelling(up: str, key: str) -> None:
-    """Whole and streamed, a protocol-2024-05-29 client reads the session state under the key it
-    sent, whatever the upstream spelled."""
-    state = "s-ü" if up == CHATUI else {"id": 7}
-    req = get(P0529).parse_request({"messages": messages(), key: {"old": 1}})
-    other = "session_state" if key == "sessionState" else "sessionState"
-    body = wire(get(up).render_response(canonical_answer(state), upstream_request(up)))
-    out = wire(translate_response(body, get(up), get(P0529), req))
-    assert out[key] == (state if up != OPENAI else {"old": 1}) and other not in out
-
-    rng = random.Random(f"{up}/{key}")
-    data = b"".join(encode_frames(get(up), upstream_request(up), stream_events(state, rng)))
-    _, stream_out = translate_stream(up, P0529, req, data, rng)
-    payloads = payloads_of(stream_out)
-    assert session_keys_on_wire(payloads) == {key}
-    assert read_back(P0529, stream_out).response().session_state == \
-        (state if up != OPENAI else {"old": 1})
-
-
-@pytest.mark.parametrize("up", DIALECT_NAMES)
-@pytest.mark.parametrize("cl", DIALECT_NAMES)
-def test_session_echo_when_upstream_has_none(up: str, cl: str) -> None:
-    """An upstream that keeps no session state: the client gets back the one it sent."""
-    sent = "conv-1" if cl == CHATUI else {"id": 1}
-    req = client_request(cl, stream=True, state=sent)
-    expected = sent if can_carry(cl, sent) else None
-    body = wire(get(up).render_response(canonical_answer(None), upstream_request(up)))
-    back = get(cl).parse_response(wire(translate_response(body, get(up), get(cl), req)))
-    assert back.session_state == expected
-
-    rng = random.Random(f"echo/{up}/{cl}")
-    data = b"".join(encode_frames(get(up), upstream_request(up), stream_events(None, rng)))
-    _, out = translate_stream(up, cl, req, data, rng)
-    assert read_back(cl, out).response().session_state == expected
-
-
-@pytest.mark.parametrize("cl", DIALECT_NAMES)
-def test_chatui_multi_agent_stream_cut_after_first_agent(cl: str) -> None:
-    """A chatui upstream's first agent completed, the second was cut off: not a clean finish."""
-    rng = random.Random(f"agents-cut/{cl}")
-    events: list[StreamEvent] = [StreamStart(), TextDelta("one", "A"), TextDelta("two", "B"),
-                                 TextDelta(" more", "B"), StreamFinish()]
-    frames = encode_frames(get(CHATUI), upstream_request(CHATUI), events)
-    statuses = [orjson.loads(f[len(b"data: "):])["status"] for f in frames]
-    cut = statuses.index("completed") + 2  # the first agent's completed event, then one of B's
-    assert statuses[cut - 1] == "processing"
-    t, out = translate_stream(CHATUI, cl, client_request(cl, stream=True, state=None),
-                              b"".join(frames[:cut]), rng)
-    assert t.broken and t.error is not None
-    assert_ends_in_error(cl, payloads_of(out))
+def test_governed_fields_are_known() -> None:
+    """The fields the matrix expects to be refused are the ones the gate governs."""
+    assert {"tools", "tool_choice", "tool_calls", "tool_results", "images",
+            "reasoning"} <= set(GOVERNED)

@@ -1,57 +1,55 @@
-"""Property tests: random text, session states and citations through every dialect pair.
+"""Property tests: random answers and requests through every registered pair.
 
-Each example runs all 16 (upstream, client) pairs, whole and streamed, with the upstream's bytes
-cut at random places. What the target can carry must arrive exactly: the text always; the session
-state where both sides carry it (chatui only strings; the client's own state comes back when the
-upstream has none); the citations between the three dialects that carry them; the follow-up
-questions between the two protocol dialects.
+Hypothesis draws a neutral answer (unicode text, agents, citations, follow-ups, session state,
+usage, tool calls, reasoning, a finish or a mid-stream error) and a client's session state; each
+upstream dialect's strict module writes it as that dialect's server would (its writer keeps what
+the dialect carries), the gateway translates it for every client dialect, whole and streamed in
+random reads, and the client's strict reader must read exactly what both sides declare
+(:func:`observe.answer_checks`). Requests likewise (:func:`observe.request_checks`).
 """
 
 from __future__ import annotations
 
-from itertools import cycle
+import random
+from dataclasses import replace
 from typing import Any
 
-import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from readback import CAN_CITE, assemble, payloads_of
-
-from gateway.canonical import (
-    AssistantMessage,
-    ChatRequest,
-    ChatResponse,
-    Citation,
-    ContextUpdate,
-    StreamError,
-    StreamEvent,
-    StreamFinish,
-    StreamStart,
-    TextDelta,
-    citations_of,
-    context_with_citations,
-    followups_of,
+from observe import (
+    answer_checks,
+    client_request,
+    governed_losses,
+    read_client_stream,
+    read_upstream_stream,
+    request_checks,
+    run_stream,
+    strict,
+    translate_client_request,
+    translate_whole,
 )
-from gateway.dialects import DIALECT_NAMES, get
-from gateway.framing import RawData, encoder_for
-from gateway.pipeline import ResponseAssembler, StreamTranslator, translate_response
+from strict.observed import Observed, ObservedCall, ObservedMessage, agents_text
 
-P0128, P0529, CHATUI, OPENAI = DIALECT_NAMES
-# every example runs 16 pairs: the nightly profile (HYPOTHESIS_PROFILE=fuzz) needs more than the
-# default 60 s per test
-pytestmark = pytest.mark.timeout(max(60, int(settings().max_examples * 0.06)))
-PAIRS = [(u, c) for u in DIALECT_NAMES for c in DIALECT_NAMES]
-PROTOCOLS = {P0128, P0529}
+from gateway.carry import Policy
+from gateway.dialects import DIALECTS, Dialect
+
+# every example runs every pair: the nightly profile (HYPOTHESIS_PROFILE=fuzz) needs more than
+# the default 60 s per test
+pytestmark = pytest.mark.timeout(max(60, int(settings().max_examples * 0.1)))
+
+
+def writers(kind: str) -> list[Dialect]:
+    return [d for d in DIALECTS.values() if hasattr(strict(d), kind)]
+
 
 # --- strategies ----------------------------------------------------------------------------------
 
 TRICKY = ["👋🏽", "🇫🇷", "👨‍👩‍👧", "\n", "\r\n", "\r", "\n\n", "data: x", "}{", "\u2028", "é", "\\",
-          '"', "\x00", "**A:** ", ": ", "[DONE]"]
-piece = st.one_of(st.text(max_size=12), st.sampled_from(TRICKY))
-pieces = st.lists(piece, max_size=12)
-"""The answer's text as the upstream's deltas (empty ones included)."""
-
+          '"', "\x00", "**A:** ", ": ", "[DONE]", "event: x\n"]
+texts = st.lists(st.one_of(st.text(max_size=12), st.sampled_from(TRICKY)),
+                 max_size=8).map("".join)
+words = st.text(min_size=1, max_size=12).filter(lambda s: s == s.strip() and ": " not in s)
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**53), 2**53)
     | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8),
@@ -60,186 +58,131 @@ json_values = st.recursive(
     max_leaves=8,
 )
 states = st.one_of(st.none(), st.text(max_size=10), json_values)
-
-names = st.text(min_size=1, max_size=16).filter(lambda s: s == s.strip() and ": " not in s)
 url_names = st.text(st.characters(codec="ascii", categories=["L", "N"]), min_size=1,
                     max_size=8).map(lambda s: "https://example.com/" + s)
+calls = st.lists(st.builds(ObservedCall, words, words,
+                           st.dictionaries(st.text(max_size=6), json_values, max_size=3)),
+                 max_size=3, unique_by=lambda c: c.id)
 
 
 @st.composite
-def citation_lists(draw: st.DrawFn) -> list[Citation]:
-    chosen = draw(st.lists(names | url_names, max_size=4, unique=True))
-    out = []
-    for name in chosen:
-        snippet = draw(st.none() | st.text(max_size=16))
-        url = name if name.startswith(("http://", "https://")) else None
-        out.append(Citation(name, name, url, snippet))
-    return out
+def answers(draw: st.DrawFn) -> Observed:
+    turns = draw(st.lists(st.tuples(st.none() | words, texts.filter(bool)), max_size=3))
+    agents: list[tuple[str | None, str]] = []
+    for agent, text in turns:  # a repeated agent continues its message
+        if agents and agents[-1][0] == agent:
+            agents[-1] = (agent, agents[-1][1] + text)
+        else:
+            agents.append((agent, text))
+    if len(agents) == 1 and agents[0][0] is None:
+        agents = []
+    text = agents_text(agents) if agents else draw(texts)
+    names = draw(st.lists(words | url_names, max_size=4, unique=True))
+    snippets = {n: draw(st.none() | st.text(max_size=16)) for n in names}
+    tool_calls = draw(calls)
+    return Observed(
+        text=text, agents=agents, citations=names,
+        followups=draw(st.lists(st.text(max_size=12), max_size=3)),
+        thoughts=draw(st.booleans()), session_state=draw(states),
+        usage=draw(st.none() | st.tuples(st.integers(0, 10**6), st.integers(0, 10**6))),
+        tool_calls=tool_calls, reasoning=draw(texts),
+        finish="tool_calls" if tool_calls else draw(st.sampled_from(["stop", "length",
+                                                                     "content_filter"])),
+        extra={"snippets": snippets})
 
 
-followup_lists = st.lists(st.text(max_size=12), max_size=3)
-chunk_sizes = st.lists(st.integers(1, 64), min_size=1, max_size=8)
-
-# --- helpers -------------------------------------------------------------------------------------
-
-
-def wire(value: Any) -> Any:
-    return orjson.loads(orjson.dumps(value))
-
-
-def can_carry(dialect: str, state: Any) -> bool:
-    if state is None or dialect == OPENAI:
-        return False
-    return dialect != CHATUI or isinstance(state, str)
-
-
-def expected_state(up: str, cl: str, up_state: Any, sent: Any) -> Any:
-    sent = sent if can_carry(cl, sent) else None
-    effective = up_state if can_carry(up, up_state) else sent
-    return effective if can_carry(cl, effective) else sent
-
-
-def client_request(client: str, state: Any, *, stream: bool) -> ChatRequest:
-    body: dict[str, Any] = {"messages": [{"role": "user", "content": "q"}]}
-    key = {P0128: "session_state", P0529: "sessionState", CHATUI: "conversationId"}.get(client)
-    if key is not None and can_carry(client, state):
-        body[key] = state
-    if client == OPENAI:
-        body.update(model="m", stream=stream, stream_options={"include_usage": True})
-    req = get(client).parse_request(wire(body))
-    req.stream = stream
-    return req
+@st.composite
+def requests(draw: st.DrawFn) -> Observed:
+    messages = [ObservedMessage("system", draw(texts))]
+    for _ in range(draw(st.integers(1, 4))):
+        kind = draw(st.sampled_from(["user", "assistant", "images", "calls"]))
+        if kind == "images":
+            urls = draw(st.lists(url_names | st.just("data:image/png;base64,iVBORw0KGgo="),
+                                 min_size=1, max_size=2))
+            messages.append(ObservedMessage("user", draw(texts), images=urls))
+        elif kind == "calls":
+            made = draw(calls.filter(bool))
+            messages.append(ObservedMessage("assistant", "", tool_calls=made))
+            messages += [ObservedMessage("tool", draw(texts), tool_result_for=c.id)
+                         for c in made]
+        else:
+            messages.append(ObservedMessage(kind, draw(texts)))
+    messages.append(ObservedMessage("user", draw(texts)))
+    tools = draw(st.lists(words, max_size=2, unique=True))
+    return Observed(messages=messages, tools=tools,
+                    tool_choice=draw(st.sampled_from([None, "auto", "none", "required"]))
+                    if tools else None,
+                    session_state=draw(states), model=draw(st.none() | words),
+                    extra={"temperature": draw(st.floats(0, 2))})
 
 
-def upstream_request(upstream: str) -> ChatRequest:
-    body: dict[str, Any] = {"messages": [{"role": "user", "content": "q"}]}
-    if upstream == P0529:
-        body["session_state"] = None
-    return get(upstream).parse_request(body)
+seeds = st.integers(0, 2**32)
 
 
-def context_of(cites: list[Citation], followups: list[str]) -> Any:
-    ctx = context_with_citations(cites)
-    if followups:
-        ctx = {**(ctx or {}), "followup_questions": followups}
-    return ctx
-
-
-def upstream_bytes(up: str, events: list[StreamEvent]) -> bytes:
-    dialect = get(up)
-    enc, frame = dialect.encoder(upstream_request(up)), encoder_for(dialect.framing)
-    return b"".join(frame(p) for e in events for p in enc.encode(e))
-
-
-def translate(up: str, cl: str, req: ChatRequest, data: bytes,
-              sizes: list[int]) -> tuple[StreamTranslator, bytes]:
-    t = StreamTranslator(get(up), get(cl), req)
-    out, i, size = [], 0, cycle(sizes)
-    while i < len(data):
-        n = next(size)
-        out.append(t.feed(data[i:i + n]))
-        i += n
-    out.append(t.finish())
-    return t, b"".join(out)
-
-
-def read_as_client(cl: str, data: bytes) -> tuple[ResponseAssembler, list[Any]]:
-    payloads = payloads_of(data)
-    return assemble(cl, payloads), payloads
-
-
-def check_carried(up: str, cl: str, back: ChatResponse, cites: list[Citation],
-                  followups: list[str]) -> None:
-    if up in CAN_CITE and cl in CAN_CITE:
-        # data_points.text holds the sources with a snippet, citations all of them: the ones
-        # with no snippet come back after the others
-        assert citations_of(back.context) == [c for c in cites if c.snippet is not None] + [
-            c for c in cites if c.snippet is None]
-    elif OPENAI in (up, cl):
-        assert citations_of(back.context) == []
-    if up in PROTOCOLS and cl in PROTOCOLS:
-        assert followups_of(back.context) == followups
+def policies(want: Observed, cl: Dialect) -> tuple[Policy, ...]:
+    return ("reject", "drop") if governed_losses(want, cl) else ("drop",)
 
 
 # --- properties ----------------------------------------------------------------------------------
 
 
-@given(pieces, states, states, citation_lists(), followup_lists, chunk_sizes)
-def test_stream_every_pair(parts: list[str], up_state: Any, sent: Any, cites: list[Citation],
-                           followups: list[str], sizes: list[int]) -> None:
-    text = "".join(parts)
-    # citations first, follow-ups later (nested, as the reference backend sends them)
-    events: list[StreamEvent] = [StreamStart(context=context_of(cites, []),
-                                             session_state=up_state)]
-    events += [TextDelta(p) for p in parts]
-    if followups:
-        events.append(ContextUpdate(context={"context": context_of(cites, []),
-                                             "followup_questions": followups}))
-    events.append(StreamFinish())
-    for up, cl in PAIRS:
-        data = upstream_bytes(up, events)
-        t, out = translate(up, cl, client_request(cl, sent, stream=True), data, sizes)
-        assert t.error is None, (up, cl, t.error)
-        asm, payloads = read_as_client(cl, out)
-        back = asm.response()
-        assert asm.error is None
-        assert back.text == text, (up, cl)
-        assert back.session_state == expected_state(up, cl, up_state, sent), (up, cl)
-        check_carried(up, cl, back, cites, followups)
-        if cl == OPENAI:
-            assert payloads[-1] == RawData("[DONE]")
-        if cl == CHATUI:
-            assert payloads[-1]["status"] == "completed" and payloads[-1]["content"] == text
+@given(answers(), states)
+def test_whole_every_pair(obs: Observed, sent: Any) -> None:
+    for up in writers("write_whole"):
+        body = strict(up).write_whole(obs)
+        want = strict(up).read_whole(body)
+        for cl in DIALECTS.values():
+            for policy in policies(want, cl):
+                req, asked = client_request(cl, stream=False, sent=sent)
+                out, lost, rejected = translate_whole(body, up, cl, req, policy=policy)
+                got = None if out is None else strict(cl).read_whole(out)
+                try:
+                    answer_checks(up, cl, want, got, stream=False, sent=asked.session_state,
+                                  reported=lost, policy=policy, rejected=rejected, asked=asked)
+                except AssertionError as e:
+                    raise AssertionError(f"{up.name}->{cl.name} {policy}: {e}") from e
 
 
-@given(pieces, states, states, citation_lists(), followup_lists)
-def test_whole_every_pair(parts: list[str], up_state: Any, sent: Any, cites: list[Citation],
-                          followups: list[str]) -> None:
-    text = "".join(parts)
-    resp = ChatResponse([AssistantMessage(text)], context=context_of(cites, followups),
-                        session_state=up_state)
-    for up, cl in PAIRS:
-        body = wire(get(up).render_response(resp, upstream_request(up)))
-        req = client_request(cl, sent, stream=False)
-        back = get(cl).parse_response(wire(translate_response(body, get(up), get(cl), req)))
-        assert back.text == text, (up, cl)
-        assert back.session_state == expected_state(up, cl, up_state, sent), (up, cl)
-        check_carried(up, cl, back, cites, followups)
+def cut(data: bytes, rng: random.Random) -> list[bytes]:
+    """``data`` cut at up to a dozen random places (inside UTF-8 sequences and frames too; every
+    single-byte split is tested on fixed cases in test_matrix and test_golden)."""
+    points = sorted(rng.choices(range(len(data) + 1), k=rng.randint(0, 12)))
+    return [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True)]
 
 
-@given(pieces, st.text(min_size=1, max_size=24), chunk_sizes)
-def test_stream_error_every_pair(parts: list[str], message: str, sizes: list[int]) -> None:
-    events: list[StreamEvent] = [StreamStart(), *(TextDelta(p) for p in parts),
-                                 StreamError(message)]
-    for up, cl in PAIRS:
-        t, out = translate(up, cl, client_request(cl, None, stream=True),
-                           upstream_bytes(up, events), sizes)
-        assert t.error is not None and t.error.message == message
-        asm, payloads = read_as_client(cl, out)
-        assert asm.error is not None and asm.error.message == message, (up, cl)
-        assert asm.response().text == "".join(parts)
-        assert RawData("[DONE]") not in payloads
-        last = payloads[-1]
-        assert last["status"] == "failed" if cl == CHATUI else "error" in last
+@given(answers(), states, st.none() | st.text(min_size=1, max_size=20), seeds)
+def test_stream_every_pair(obs: Observed, sent: Any, error: str | None, seed: int) -> None:
+    if error is not None:
+        obs = replace(obs, error=error, finish=None)
+    rng = random.Random(seed)
+    for up in writers("write_stream"):
+        data = strict(up).write_stream(obs, rng)
+        want = read_upstream_stream(up, data)
+        pieces = cut(data, rng)
+        for cl in DIALECTS.values():
+            for policy in policies(want, cl):
+                req, asked = client_request(cl, stream=True, sent=sent)
+                t, out = run_stream(up, cl, req, pieces, policy=policy)
+                got = read_client_stream(cl, out, same=up is cl)
+                try:
+                    answer_checks(up, cl, want, got, stream=True, sent=asked.session_state,
+                                  reported=t.dropped, policy=policy, asked=asked)
+                except AssertionError as e:
+                    raise AssertionError(f"{up.name}->{cl.name} {policy}: {e}") from e
 
 
-@given(st.lists(st.tuples(st.sampled_from(["Research", "Code", None]), pieces), min_size=1,
-                max_size=4), chunk_sizes)
-def test_multi_agent_stream_every_pair(turns: list[tuple[str | None, list[str]]],
-                                       sizes: list[int]) -> None:
-    """Each agent's text reaches every client, headed as :attr:`ChatResponse.text` heads it."""
-    events: list[StreamEvent] = [StreamStart()]
-    messages: list[AssistantMessage] = []
-    for agent, parts in turns:
-        text = "".join(parts)
-        if not text or (messages and messages[-1].agent == agent):
-            continue  # an empty turn sends nothing; a repeated agent continues its message
-        messages.append(AssistantMessage(text, agent=agent))
-        events += [TextDelta(p, agent) for p in parts if p]
-    events.append(StreamFinish())
-    expected = ChatResponse(messages or [AssistantMessage("")]).text
-    for up, cl in PAIRS:
-        t, out = translate(up, cl, client_request(cl, None, stream=True),
-                           upstream_bytes(up, events), sizes)
-        assert t.error is None
-        assert read_as_client(cl, out)[0].response().text == expected, (up, cl)
+@given(requests(), st.booleans())
+def test_request_every_pair(obs: Observed, stream: bool) -> None:
+    for cl in writers("write_request"):
+        body = strict(cl).write_request(replace(obs, stream=stream))
+        sent = strict(cl).read_request(body)
+        for up in DIALECTS.values():
+            for policy in ("reject", "drop"):
+                out, lost, rejected = translate_client_request(body, cl, up, stream=stream,
+                                                               policy=policy)
+                got = None if out is None else strict(up).read_request(out)
+                try:
+                    request_checks(cl, up, sent, got, stream=stream, lost=lost, policy=policy,
+                                   rejected=rejected)
+                except AssertionError as e:
+                    raise AssertionError(f"{cl.name}->{up.name} {policy}: {e}") from e

@@ -1,35 +1,38 @@
 """``chat-gateway translate --from D1 --to D2 (--request | --response) [--stream]``, through the
-function the command runs (:func:`gateway.translate_cli.run_translate`) with stdin/stdout as bytes.
+function the command runs (:func:`gateway.translate_cli.run_translate`) with stdin/stdout as bytes,
+for every registered pair; what comes out is read by the target dialect's strict reader.
 """
 
 from __future__ import annotations
 
 import io
+import random
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
-from readback import read_back
+from observe import DEFAULT_MODEL, ERROR, RICH, read_upstream_stream, strict
+from strict._wire import tolerant
 
-from gateway.dialects import DIALECT_NAMES, get
-from gateway.framing import RawData, SniffingReader
+from gateway.carry import GOVERNED, REPORTED, Policy
+from gateway.dialects import DIALECTS, Dialect
 from gateway.translate_cli import run_translate
 
 GOLDEN = Path(__file__).parent / "golden"
-CAPTURES, SPECS = GOLDEN / "captures", GOLDEN / "specs"
-P0128, P0529, CHATUI, OPENAI = DIALECT_NAMES
-CAPTURE_DIALECT = {"ai-chat-protocol": P0529, "azure-search-openai-demo": P0529,
-                   "chatui": CHATUI, "openai": OPENAI}
-CAPTURE_FILES = sorted(p for p in CAPTURES.rglob("*") if p.is_file() and p.name != "README.md")
+NAMES = list(DIALECTS)
+PAIRS = [(s, t) for s in NAMES for t in NAMES]
+IDS = [f"{s}->{t}" for s, t in PAIRS]
 
 
 def run(source: str, target: str, data: bytes, *, request: bool = False, stream: bool = False,
-        model: str | None = None) -> tuple[str | None, bytes]:
-    stdout = io.BytesIO()
+        model: str | None = None, policy: Policy = "reject",
+        ) -> tuple[str | None, bytes, list[str]]:
+    stdout, dropped = io.BytesIO(), []
     reason = run_translate(source, target, request=request, stream=stream, model=model,
-                           stdin=io.BytesIO(data), stdout=stdout)
-    return reason, stdout.getvalue()
+                           stdin=io.BytesIO(data), stdout=stdout, policy=policy, dropped=dropped)
+    return reason, stdout.getvalue(), dropped
 
 
 def one_json_line(out: bytes) -> Any:
@@ -37,88 +40,20 @@ def one_json_line(out: bytes) -> Any:
     return orjson.loads(out)
 
 
-@pytest.mark.parametrize("target", DIALECT_NAMES)
-@pytest.mark.parametrize("path", CAPTURE_FILES,
-                         ids=[p.relative_to(CAPTURES).as_posix() for p in CAPTURE_FILES])
-def test_every_capture_translates(path: Path, target: str) -> None:
-    source = CAPTURE_DIALECT[path.parent.name]
-    data = path.read_bytes()
-    if path.suffix == ".json":
-        reason, out = run(source, target, data)
-        assert reason is None
-        back = get(target).parse_response(one_json_line(out))
-        assert back.text == get(source).parse_response(orjson.loads(data)).text
-        return
-    reason, out = run(source, target, data, stream=True)
-    assert reason is None
-    if get(target).framing == "jsonlines":
-        assert out.endswith(b"\n")
-        assert all(orjson.loads(line) for line in out.split(b"\n")[:-1])
+def files(d: Dialect, kind: str) -> dict[str, bytes]:
+    """The bodies of the samples and golden files of one kind (``request``, ``response``,
+    ``stream``), as bytes."""
+    samples = d.samples
+    if kind == "stream":
+        out = {f"sample:{k}": v for k, v in samples.streams.items()}
     else:
-        assert out.endswith(b"\n\n")
-        assert all(e.startswith(b"data: ") for e in out.split(b"\n\n")[:-1])
-    got, want = read_back(target, out), read_back(source, data)
-    assert got.response().text == want.response().text
-    assert (got.error and got.error.message) == (want.error and want.error.message)
-    if want.error is None and target == OPENAI:
-        assert out.endswith(b"data: [DONE]\n\n")
-
-
-@pytest.mark.parametrize("target", DIALECT_NAMES)
-def test_spec_requests_translate(target: str) -> None:
-    for path in sorted(SPECS.glob("*/request*.json")):
-        source = path.parent.name
-        for stream in (False, True):
-            reason, out = run(source, target, path.read_bytes(), request=True, stream=stream,
-                              model="the-default")
-            assert reason is None, path
-            body = one_json_line(out)
-            req = get(target).parse_request(body)
-            assert [m.content for m in req.messages] == [
-                m["content"] for m in orjson.loads(path.read_bytes())["messages"]]
-            if target == OPENAI:
-                assert body["model"] == "the-default"
-            if target in (P0128, OPENAI):
-                assert bool(body.get("stream")) is stream
-
-
-@pytest.mark.parametrize("target", DIALECT_NAMES)
-def test_spec_responses_and_errors_translate(target: str) -> None:
-    for path in sorted([*SPECS.glob("*/response*.json"), *SPECS.glob("*/error*.json")]):
-        source = path.parent.name
-        reason, out = run(source, target, path.read_bytes())
-        assert reason is None, path
-        body = one_json_line(out)
-        err = get(target).parse_error(body)
-        if path.name.startswith("error"):
-            want = orjson.loads(path.read_bytes())["error"]
-            assert err is not None
-            assert err.message == (want if isinstance(want, str) else want["message"])
-        else:
-            assert err is None
-            get(target).parse_response(body)
-
-
-def test_spec_streams_translate() -> None:
-    for path in sorted(SPECS.glob("*/stream*")):
-        source = path.parent.name
-        for target in DIALECT_NAMES:
-            reason, out = run(source, target, path.read_bytes(), stream=True)
-            assert reason is None, (path, target)
-            assert read_back(target, out).response().text or "error" in path.name
-
-
-def test_request_stream_flag_and_model() -> None:
-    body = orjson.dumps({"messages": [{"role": "user", "content": "Hi"}],
-                         "context": {"overrides": {"temperature": 0.5}}})
-    reason, out = run(P0529, OPENAI, body, request=True, stream=True, model="gpt-x")
-    assert reason is None
-    assert one_json_line(out) == {
-        "model": "gpt-x", "messages": [{"role": "user", "content": "Hi"}], "temperature": 0.5,
-        "stream": True, "stream_options": {"include_usage": True}}
-
-
-# --- bad input: one line naming what is wrong ----------------------------------------------------
+        table = samples.requests if kind == "request" else samples.responses
+        out = {f"sample:{k}": orjson.dumps(v) for k, v in table.items()}
+    suffix = ".stream" if kind == "stream" else f".{kind}.json"
+    folder = GOLDEN / d.name
+    if folder.is_dir():
+        out |= {f"golden:{p.name}": p.read_bytes() for p in sorted(folder.glob(f"*{suffix}"))}
+    return out
 
 
 def assert_reason(reason: str | None, *words: str) -> str:
@@ -129,81 +64,165 @@ def assert_reason(reason: str | None, *words: str) -> str:
     return reason
 
 
-@pytest.mark.parametrize("source", DIALECT_NAMES)
+# --- every body of every dialect, into every dialect ---------------------------------------------
+
+
+@pytest.mark.parametrize(("source", "target"), PAIRS, ids=IDS)
+def test_streams_translate(source: str, target: str) -> None:
+    s, t = DIALECTS[source], DIALECTS[target]
+    for name, data in files(s, "stream").items():
+        want = read_upstream_stream(s, data)
+        reason, out, dropped = run(source, target, data, stream=True, policy="drop")
+        assert reason is None, (name, reason)
+        got = strict(t).read_stream(out, lenient=True) if s is t else strict(t).read_stream(out)
+        assert got.text == want.text and got.error == want.error, name
+        assert set(dropped) <= set(GOVERNED) | set(REPORTED), dropped
+        if want.tool_calls and not t.capabilities.tools:
+            assert "tool_calls" in dropped, name
+
+
+@pytest.mark.parametrize(("source", "target"), PAIRS, ids=IDS)
+def test_whole_answers_and_errors_translate(source: str, target: str) -> None:
+    s, t = DIALECTS[source], DIALECTS[target]
+    for name, data in files(s, "response").items():
+        want = strict(s).read_whole(orjson.loads(data))
+        reason, out, _ = run(source, target, data, policy="drop")
+        assert reason is None, (name, reason)
+        assert strict(t).read_whole(one_json_line(out)).text == want.text, name
+    error = orjson.dumps(s.samples.error)
+    reason, out, _ = run(source, target, error)
+    assert reason is None
+    assert strict(t).read_error(one_json_line(out)) == strict(s).read_error(s.samples.error)
+
+
+@pytest.mark.parametrize(("source", "target"), PAIRS, ids=IDS)
+def test_requests_translate(source: str, target: str) -> None:
+    s, t = DIALECTS[source], DIALECTS[target]
+    for name, data in files(s, "request").items():
+        sent = strict(s).read_request(orjson.loads(data))
+        for stream in (False, True):
+            reason, out, dropped = run(source, target, data, request=True, stream=stream,
+                                       model=DEFAULT_MODEL, policy="drop")
+            assert reason is None, (name, reason)
+            got = strict(t).read_request(one_json_line(out))
+            kept = [m.text for m in sent.messages if m.tool_result_for is None
+                    and (m.text or not m.tool_calls or t.capabilities.tools)]
+            assert [m.text for m in got.messages if m.tool_result_for is None] == kept, name
+            if got.stream is not None:  # --stream asks for one; else the body's own flag
+                assert got.stream is (stream or bool(sent.stream)), name
+            if "model" in getattr(strict(t), "SAMPLING", ()) and sent.model is None:
+                assert got.model == DEFAULT_MODEL, name
+            if any(m.images for m in sent.messages) and not t.capabilities.images:
+                assert "images" in dropped, name
+
+
+@pytest.mark.parametrize(("source", "target"), PAIRS, ids=IDS)
+def test_reject_is_the_default(source: str, target: str) -> None:
+    """What the target cannot carry of a governed kind fails the command, naming it, unless
+    ``--on-unsupported drop`` says otherwise."""
+    s, t = DIALECTS[source], DIALECTS[target]
+    for name, data in files(s, "stream").items():
+        want = read_upstream_stream(s, data)
+        lost = (want.tool_calls and not t.capabilities.tools) or \
+            (want.reasoning and not t.capabilities.reasoning)
+        reason, out, _ = run(source, target, data, stream=True)
+        if lost and want.error is None:
+            assert_reason(reason, t.name, "cannot carry")
+            assert strict(t).read_stream(out).error is not None, name
+        else:
+            assert reason is None, (name, reason)
+
+
+# --- bad input: one line naming what is wrong ----------------------------------------------------
+
+
+@pytest.mark.parametrize("source", NAMES)
 def test_not_json(source: str) -> None:
     for request in (True, False):
-        reason, out = run(source, OPENAI, b'{"messages": [', request=request)
+        reason, out, _ = run(source, NAMES[0], b'{"messages": [', request=request)
         assert_reason(reason, source, "request" if request else "response", "not valid JSON")
         assert out == b""
 
 
-@pytest.mark.parametrize("source", DIALECT_NAMES)
-def test_missing_messages(source: str) -> None:
-    reason, out = run(source, P0128, b'{"stream": true}', request=True)
-    assert_reason(reason, f"bad {source} request", "messages", "required")
-    assert out == b""
+@pytest.mark.parametrize("source", NAMES)
+def test_bodies_of_the_wrong_shape(source: str) -> None:
+    for body, request in ((b"{}", True), (b"[]", True), (b'"hi"', True), (b"{}", False),
+                          (b"42", False)):
+        reason, out, _ = run(source, NAMES[-1], body, request=request)
+        assert_reason(reason, f"bad {source} {'request' if request else 'response'}")
+        assert out == b""
 
 
-def test_messages_of_the_wrong_shape() -> None:
-    reason, _ = run(OPENAI, CHATUI, b'{"messages": [{"content": "hi"}]}', request=True)
-    assert_reason(reason, "messages[0].role")
-    reason, _ = run(CHATUI, OPENAI, b'{"messages": "hi"}', request=True)
-    assert_reason(reason, "messages", "list")
+def text_frames(d: Dialect) -> tuple[bytes, list[int]]:
+    """A dialect's ``text`` stream in the strict form, and where each of its frames ends."""
+    body = tolerant(d.samples.streams["text"], d.framing)
+    sep = b"\n\n" if d.framing == "sse" else b"\n"
+    ends, i = [], 0
+    while (j := body.find(sep, i)) != -1:
+        ends.append(j + len(sep))
+        i = j + len(sep)
+    return body, ends
 
 
-def test_response_of_the_wrong_shape() -> None:
-    reason, out = run(OPENAI, P0529, b'{"id": "x", "choices": []}')
-    assert_reason(reason, "bad openai response", "choices")
-    assert out == b""
-    reason, _ = run(P0529, OPENAI, b'{"message": "hi"}')
-    assert_reason(reason, "message", "object")
+@pytest.mark.parametrize(("source", "target"), PAIRS, ids=IDS)
+def test_truncated_stream(source: str, target: str) -> None:
+    """The text stream without its last frame: a bad stream exactly when the source's own strict
+    reader says it was cut short; the output says so too."""
+    s, t = DIALECTS[source], DIALECTS[target]
+    body, ends = text_frames(s)
+    cut = body[:ends[-2]]
+    reason, out, _ = run(source, target, cut, stream=True)
+    got = strict(t).read_stream(out, lenient=True) if s is t else strict(t).read_stream(out)
+    try:
+        want = read_upstream_stream(s, cut)
+    except AssertionError:
+        assert_reason(reason, f"bad {source} stream", "ended before")
+        assert got.error is not None
+        return
+    assert reason is None and got.error is None and got.text == want.text
 
 
-@pytest.mark.parametrize("target", DIALECT_NAMES)
-def test_truncated_openai_stream(target: str) -> None:
-    """No finish_reason and no [DONE]: the stream was cut, and the output says so too."""
-    full = (CAPTURES / "openai" / "chat_stream_usage.sse").read_bytes()
-    cut = full[: full.index(b'"finish_reason":"stop"')]
-    cut = cut[: cut.rindex(b"\n\n") + 2]  # whole events only, the last one a content chunk
-    reason, out = run(OPENAI, target, cut, stream=True)
-    assert_reason(reason, "bad openai stream", "ended before it finished")
-    asm = read_back(target, out)
-    assert asm.error is not None and asm.response().text == "Paris is the capital of France. 🇫🇷"
-    assert b"[DONE]" not in out and b'"completed"' not in out
-
-
-@pytest.mark.parametrize("source", DIALECT_NAMES)
+@pytest.mark.parametrize("source", NAMES)
 def test_stream_cut_inside_a_value(source: str) -> None:
-    body = b'{"delta": {"content": "Hel' if get(source).framing == "jsonlines" else \
-        b'data: {"choices": [{"delta": {"content": "Hel'
-    reason, out = run(source, P0529, body, stream=True)
+    s = DIALECTS[source]
+    body, ends = text_frames(s)
+    reason, out, _ = run(source, NAMES[0], body[:ends[0] // 2], stream=True)
     assert_reason(reason, f"bad {source} stream", "malformed")
-    payloads = SniffingReader().feed(out)
-    assert payloads and "error" in payloads[-1]
+    assert strict(DIALECTS[NAMES[0]]).read_stream(out).error is not None
 
 
-def test_chatui_stream_without_completed() -> None:
-    data = (CAPTURES / "chatui" / "chat_stream.sse").read_bytes()
-    first_two = b"\n\n".join(data.split(b"\n\n")[:2]) + b"\n\n"
-    reason, out = run(CHATUI, OPENAI, first_two, stream=True)
-    assert_reason(reason, "bad chatui stream", "before it completed")
-    payloads = SniffingReader().feed(out)
-    assert RawData("[DONE]") not in payloads and "error" in payloads[-1]
+def broken_streams(d: Dialect) -> dict[str, bytes]:
+    """Streams of ``d`` that fail mid-way: from its samples and golden files, else written."""
+    out = {n: b for n, b in files(d, "stream").items()
+           if read_upstream_stream(d, b).error is not None}
+    module = strict(d)
+    if not out and hasattr(module, "write_stream"):
+        broken = replace(RICH["rag-no-state"], error=ERROR, finish=None)
+        out["written"] = module.write_stream(broken, random.Random(d.name))
+    return out
 
 
-def test_declared_upstream_error_is_not_a_bad_input() -> None:
-    """An error the upstream sent is translated, not refused."""
-    data = (CAPTURES / "openai" / "chat_stream_midstream_error.sse").read_bytes()
-    reason, out = run(OPENAI, P0529, data, stream=True)
-    assert reason is None
-    assert orjson.loads(out.splitlines()[-1]) == {
-        "error": "The server had an error while processing your request."}
+BROKEN_PAIRS = [(s, t) for s, t in PAIRS if broken_streams(DIALECTS[s])]
 
 
-@pytest.mark.parametrize("source", DIALECT_NAMES)
+@pytest.mark.parametrize(("source", "target"), BROKEN_PAIRS,
+                         ids=[f"{s}->{t}" for s, t in BROKEN_PAIRS])
+def test_declared_upstream_error_is_not_a_bad_input(source: str, target: str) -> None:
+    """An error the upstream sent is translated, not refused (for every source whose test data
+    has a stream that fails mid-way, or whose strict module can write one)."""
+    s, t = DIALECTS[source], DIALECTS[target]
+    for name, data in broken_streams(s).items():
+        reason, out, _ = run(source, target, data, stream=True)
+        assert reason is None, (name, reason)
+        got = strict(t).read_stream(out, lenient=True) if s is t else strict(t).read_stream(out)
+        assert got.error == read_upstream_stream(s, data).error, name
+
+
+@pytest.mark.parametrize("source", NAMES)
 def test_empty_stream(source: str) -> None:
     """A stream body with nothing in it is a lost answer, in every dialect."""
     for body in (b"", b"\r\n\n"):
-        reason, out = run(source, OPENAI, body, stream=True)
-        assert_reason(reason, f"bad {source} stream", "ended before")
-        assert b"[DONE]" not in out and b'"error"' in out
+        for target in NAMES:
+            reason, out, _ = run(source, target, body, stream=True)
+            assert_reason(reason, f"bad {source} stream", "ended before")
+            assert strict(DIALECTS[target]).read_stream(out).error is not None

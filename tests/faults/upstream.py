@@ -4,11 +4,13 @@ Raw sockets rather than aiohttp's server, because most faults are things a well-
 cannot do: stall after the headers, cut a chunked body without its last chunk, reset the
 connection, write one byte per TCP segment, keep writing to a reader that does not read.
 
-The request path picks the answer: ``/<dialect>/<fault>/chat`` (and ``…/chat/stream``, where
-protocol-2024-05-29 upstreams are asked for streams). Whole or streamed is decided as the
-dialect's server would: the body's ``"stream": true``, or the ``/stream`` path. Answers are
-rendered with the gateway's own dialect encoders, so every fault speaks each upstream dialect's
-real wire format around the fault. See :data:`FAULTS` for the catalogue.
+The request path picks the answer: ``/<dialect>/<fault>/chat`` (plus the dialect's
+``stream_path``, where its streams are asked for by path). Whole or streamed is decided as the
+dialect's server would: by that path where the dialect declares one, else by the request's own
+flag. Answers are scripted and rendered with the gateway's own dialect encoders, because a fault
+is a scripted answer broken at a known place: known pieces (multi-byte characters split across
+frames) around the fault, in each upstream dialect's real wire format. See :data:`FAULTS` for the
+catalogue.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ from gateway.canonical import (
     TextDelta,
 )
 from gateway.dialects import DIALECTS, Dialect
-from gateway.framing import encoder_for
+from gateway.errors import ParseError
+from gateway.framing import SniffingReader, encoder_for
 
 __all__ = [
     "DRIP_SECONDS",
@@ -48,6 +51,8 @@ __all__ = [
     "FaultUpstream",
     "Seen",
     "closed_port",
+    "marks_its_finish",
+    "repeats_text",
     "stream_frames",
     "whole_body",
 ]
@@ -72,7 +77,7 @@ FAULTS = {
     "notjson": "200 whose body is not JSON",
     "errbody": "200 whose whole body is the dialect's error object",
     "r429": "429 with Retry-After: 7 and the dialect's error body",
-    "nofinish": "a stream that ends cleanly but before its finish ([DONE] / completed)",
+    "nofinish": "a stream that ends cleanly but before its end marker or final status",
     "cut": "a chunked stream cut off without its terminating chunk",
     "reset": "a stream reset (RST) mid-stream",
     "reset_early": "headers, then RST before any body byte",
@@ -102,6 +107,28 @@ def stream_frames(dialect: Dialect, events: list[StreamEvent]) -> list[bytes]:
     encoder = dialect.encoder(_REQ)
     frame = encoder_for(dialect.framing)
     return [frame(p) for e in events for p in encoder.encode(e)]
+
+
+def _decoded(dialect: Dialect, frames: list[bytes]) -> list[StreamEvent]:
+    reader, decoder = SniffingReader(named=dialect.named_events), dialect.decoder()
+    events = [e for f in frames for p in reader.feed(f) for e in decoder.decode(p)]
+    return events + decoder.end()
+
+
+def marks_its_finish(dialect: Dialect) -> bool:
+    """Whether the dialect's streams say that they finished (an end marker, a final status), so
+    that one which ends cleanly without saying so is cut short; a dialect whose streams end by
+    ending has no ``nofinish`` fault."""
+    frames = stream_frames(dialect, [StreamStart(), TextDelta("x")])
+    return isinstance(_decoded(dialect, frames)[-1], StreamError)
+
+
+def repeats_text(dialect: Dialect) -> bool:
+    """Whether a text frame of the dialect, sent again, is more text (a delta, not the whole
+    message so far): what the ``flood`` fault needs to grow the answer without end."""
+    frames = stream_frames(dialect, [StreamStart(), TextDelta("x"), TextDelta("y")])
+    events = _decoded(dialect, [*frames, frames[-1]])
+    return "".join(e.text for e in events if isinstance(e, TextDelta)) == "xyy"
 
 
 def answer_events(pieces: list[str] = PIECES) -> list[StreamEvent]:
@@ -287,9 +314,19 @@ class FaultUpstream:
         body: Any = {}
         with contextlib.suppress(orjson.JSONDecodeError):
             body = seen.json
-        stream = parts[-1] == "stream" or (isinstance(body, dict) and body.get("stream") is True)
+        stream = self._wants_stream(dialect, seen.target, body)
         handler: Callable[[_Conn, Dialect, bool], Awaitable[bool]] = getattr(self, "_" + fault)
         return await handler(conn, dialect, stream)
+
+    @staticmethod
+    def _wants_stream(dialect: Dialect, target: str, body: Any) -> bool:
+        path = target.split("?", 1)[0].rstrip("/")
+        if dialect.stream_path:
+            return path.endswith(dialect.stream_path)
+        try:
+            return dialect.parse_request(body).stream
+        except ParseError:
+            return False
 
     # --- answers, one per fault --------------------------------------------------------------
 
@@ -357,13 +394,18 @@ class FaultUpstream:
                               extra={"Retry-After": "7"}) + body)
         return False
 
-    async def _start_stream(self, conn: _Conn, dialect: Dialect, frames: int = 3) -> None:
-        """Headers and the first ``frames`` frames (start and some text), then a pause."""
+    async def _start_stream(self, conn: _Conn, dialect: Dialect,
+                            then: list[StreamEvent] | None = None) -> list[bytes]:
+        """Headers and the frames of the start and the first two pieces, then a pause. Returns
+        the frames of the events ``then`` from the same encoder (the stream's ids and sequence
+        numbers go on), for the caller to send."""
+        encoder, frame = dialect.encoder(_REQ), encoder_for(dialect.framing)
         events: list[StreamEvent] = [StreamStart(), *(TextDelta(p) for p in PIECES[:2])]
-        head = _head(200, dialect.stream_content_type)
-        await conn.send(head + b"".join(_chunk(f) for f in
-                                        stream_frames(dialect, events)[:frames]))
+        first = [frame(p) for e in events for p in encoder.encode(e)]
+        await conn.send(_head(200, dialect.stream_content_type)
+                        + b"".join(_chunk(f) for f in first))
         await asyncio.sleep(_MID_PAUSE)
+        return [frame(p) for e in then or [] for p in encoder.encode(e)]
 
     async def _nofinish(self, conn: _Conn, dialect: Dialect, stream: bool) -> bool:
         await self._start_stream(conn, dialect)
@@ -393,8 +435,7 @@ class FaultUpstream:
             b"this line is {not json at all\n"
 
     async def _malformed(self, conn: _Conn, dialect: Dialect, stream: bool) -> bool:
-        await self._start_stream(conn, dialect)
-        rest = stream_frames(dialect, answer_events())[3:]
+        rest = await self._start_stream(conn, dialect, answer_events()[3:])
         await conn.send(_chunk(self._bad_line(dialect)) + b"".join(map(_chunk, rest))
                         + _LAST_CHUNK)
         return False
@@ -426,10 +467,8 @@ class FaultUpstream:
         return False
 
     async def _errchunk(self, conn: _Conn, dialect: Dialect, stream: bool) -> bool:
-        await self._start_stream(conn, dialect)
-        frames = stream_frames(dialect, [StreamStart(), TextDelta("x"),
-                                         StreamError(ERROR_MESSAGE)])
-        await conn.send(_chunk(frames[-1]) + _LAST_CHUNK)
+        error = await self._start_stream(conn, dialect, [StreamError(ERROR_MESSAGE)])
+        await conn.send(b"".join(map(_chunk, error)) + _LAST_CHUNK)
         return False
 
     async def _bytewise(self, conn: _Conn, dialect: Dialect, stream: bool) -> bool:
@@ -471,7 +510,8 @@ class FaultUpstream:
     async def _deep(self, conn: _Conn, dialect: Dialect, stream: bool) -> bool:
         def deepen(data: bytes) -> bytes:
             i = data.index(b"{") + 1
-            return data[:i] + b'"x_deep":' + DEEP + b"," + data[i:]
+            rest = b"," if data[i:i + 1] != b"}" else b""  # an empty object takes no comma
+            return data[:i] + b'"x_deep":' + DEEP + rest + data[i:]
 
         if stream:
             frames = stream_frames(dialect, answer_events())

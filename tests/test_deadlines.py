@@ -1,0 +1,70 @@
+"""The deadline wheel (:mod:`gateway.upstream.deadlines`): a deadline fires once, no earlier than
+asked and at most a tick (plus the loop's own lateness) after; a cancelled one never fires; the
+one loop timer goes away once nothing is pending."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from gateway.upstream.deadlines import TICK, Deadlines, deadlines
+
+
+async def _until(ready: Callable[[], bool], limit: float = 2.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + limit
+    while loop.time() < end:
+        if ready():
+            return
+        await asyncio.sleep(TICK / 4)
+
+
+async def test_a_deadline_fires_once_not_early() -> None:
+    loop = asyncio.get_running_loop()
+    wheel = deadlines()
+    assert wheel is deadlines()  # one per loop
+    fired: list[float] = []
+    start = loop.time()
+    wheel.after(0.05, lambda: fired.append(loop.time()))
+    await _until(lambda: fired)
+    assert len(fired) == 1 and fired[0] >= start + 0.05
+    await asyncio.sleep(3 * TICK)
+    assert len(fired) == 1
+    assert wheel.pending() == 0 and wheel._handle is None
+
+
+async def test_a_cancelled_deadline_never_fires() -> None:
+    wheel = Deadlines(asyncio.get_running_loop())
+    fired: list[str] = []
+    keep = wheel.after(0.04, lambda: fired.append("kept"))
+    drop = wheel.after(0.02, lambda: fired.append("dropped"))
+    wheel.cancel(drop)
+    wheel.cancel(drop)  # twice is harmless
+    assert wheel.pending() == 1
+    await _until(lambda: fired)
+    await asyncio.sleep(3 * TICK)
+    assert fired == ["kept"] and keep is not None
+    assert wheel.pending() == 0
+
+
+async def test_a_deadline_set_by_a_firing_one_fires_later() -> None:
+    loop = asyncio.get_running_loop()
+    wheel = Deadlines(loop)
+    fired: list[str] = []
+
+    def first() -> None:
+        fired.append("first")
+        wheel.after(0.03, lambda: fired.append("second"))
+
+    wheel.after(0.0, first)
+    await _until(lambda: len(fired) == 2)
+    assert fired == ["first", "second"]
+    assert wheel.pending() == 0
+
+
+async def test_cancelled_deadlines_leave_nothing_behind() -> None:
+    wheel = Deadlines(asyncio.get_running_loop())
+    entries = [wheel.after(30 + i * TICK, lambda: None) for i in range(1000)]
+    for e in entries:
+        wheel.cancel(e)
+    assert wheel.pending() == 0 and not wheel._wheel
