@@ -1,4 +1,4 @@
-"""A fast mock chat upstream for all four dialects, whole and streamed.
+"""A fast mock chat upstream for every dialect of ``bench/wire/``, whole and streamed.
 
 One process, one or more ports; every port serves every dialect on its own path (see
 ``wire.MOCK_PATHS``). Answers are rendered once at startup, so a request costs the HTTP handling,
@@ -8,8 +8,8 @@ real model server flushes each token), with an optional sleep before each frame.
     python bench/mock.py --listen 9100 --listen 9101:10 --chunks 20
 
 ``--listen PORT[:DELAY_MS]``: a port, and the delay before each stream frame on that port.
-Whole or streamed is decided as an upstream of that dialect would: the body's ``stream`` flag
-(openai, 0128, chatui), the ``/stream`` path (0529), or ``Accept: text/event-stream`` (chatui).
+Whole or streamed is decided as an upstream of that dialect would (``wire.wants_stream``: a
+path suffix, a body flag, an ``Accept`` header, as its bench module says).
 """
 
 from __future__ import annotations
@@ -35,9 +35,12 @@ class Mock:
         self.frames = {d: wire.stream_frames(d, chunks) for d in wire.DIALECTS}
         self.routes: dict[str, tuple[str, bool | None]] = {}
         for d, path in wire.MOCK_PATHS.items():
-            self.routes[path] = (d, None)
-        self.routes[wire.MOCK_PATHS["0529"] + "/stream"] = ("0529", True)
-        self.routes[wire.MOCK_PATHS["0529"]] = ("0529", False)
+            streamed = wire.stream_path(d, path)
+            if streamed != path:  # the path alone decides
+                self.routes[streamed] = (d, True)
+                self.routes[path] = (d, False)
+            else:
+                self.routes[path] = (d, None)
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         route = self.routes.get(request.path)
@@ -51,10 +54,7 @@ class Mock:
             return web.Response(status=400, text="body is not JSON")
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
             return web.Response(status=400, text="no messages")
-        if stream is None:
-            stream = body.get("stream") is True or (
-                dialect == "chatui" and "text/event-stream" in request.headers.get("Accept", ""))
-        if not stream:
+        if not wire.wants_stream(dialect, stream, body, request.headers):
             return web.Response(body=self.whole[dialect],
                                 headers={"Content-Type": "application/json"})
         resp = web.StreamResponse(headers={"Content-Type": wire.STREAM_CONTENT_TYPE[dialect],

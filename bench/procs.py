@@ -44,11 +44,14 @@ class Cores:
     generator: set[int] | None
 
 
-def split_cores(no_pin: bool = False) -> Cores:
-    """Pins the calling process to the generator's core and says where the server goes."""
+def split_cores(no_pin: bool = False, server: set[int] | None = None,
+                generator: set[int] | None = None) -> Cores:
+    """Pins the calling process to the generator's cores and says where the server goes:
+    ``server``/``generator`` when given (a bigger machine), else the first two usable cores."""
     cpus = usable_cpus()
     pin = not no_pin and len(cpus) >= 2
-    cores = Cores(cpus, pin, {cpus[0]} if pin else None, {cpus[1]} if pin else None)
+    cores = Cores(cpus, pin, (server or {cpus[0]}) if pin else None,
+                  (generator or {cpus[1]}) if pin else None)
     if cores.generator:
         os.sched_setaffinity(0, cores.generator)
     return cores

@@ -11,7 +11,12 @@ while ``--concurrency`` clients load one route, and prints:
 
 * the share of samples by where the sampled frame's code lives (aiohttp, the gateway, asyncio,
   prometheus_client, ...): the split the performance notes quote;
-* the gateway lines that cost most, each with the library time spent under it.
+* the gateway lines that cost most, each with the library time spent under it;
+* the gateway's CPU per request split by stage (:data:`STAGES`): the server (aiohttp's), the
+  upstream hop (the transport), translation (pipeline, dialects, framing), accounting (the
+  outcome record, metrics, logs), the exchange's own glue, and the event loop: each sample goes
+  to the stage of its deepest frame that belongs to one, and the stage's share of the samples
+  times the CPU the gateway spent per request in the measured window gives its microseconds.
 
 py-spy cannot follow a coroutine's caller across the event loop (a task's frames start at the
 coroutine the loop resumed), so "inclusive" time is attributed to the deepest gateway frame of
@@ -45,12 +50,48 @@ except ImportError as e:  # pragma: no cover - a fresh clone without the venv
 _AREAS = ("gateway/", "aiohttp/", "asyncio/", "prometheus_client", "structlog", "multidict",
           "yarl", "selectors", "contextlib", "orjson")
 _FRAME = re.compile(r"(?P<func>.*?) \((?P<file>.*?):(?P<line>\d+)\)$")
+STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("accounting", ("gateway/exchange/outcome.py", "gateway/metrics.py", "gateway/traffic.py",
+                    "gateway/log.py", "prometheus_client/", "structlog/")),
+    ("translation", ("gateway/pipeline.py", "gateway/dialects/", "gateway/framing/",
+                     "gateway/carry.py", "gateway/canonical.py")),
+    ("upstream hop", ("gateway/upstream/", "aiohttp/client", "aiohttp/connector.py",
+                      "httptools/")),
+    ("exchange glue", ("gateway/exchange/", "gateway/balancer.py", "gateway/handlers.py",
+                       "gateway/app.py", "gateway/runtime.py")),
+    ("server", ("aiohttp/",)),
+)
+"""Stage of a frame, by where its code lives; the first rule that matches wins (so that
+``gateway/exchange/outcome.py`` is accounting, not glue). Frames of no stage (asyncio, the
+standard library) are passed over for the nearest caller that has one; a
+sample with none is the event loop's."""
 
 
 def area(frame: str) -> str:
     m = _FRAME.match(frame)
     path = m.group("file") if m else frame
     return next((a.rstrip("/") for a in _AREAS if a in path), Path(path).name or "?")
+
+
+def stage_of(frames: list[str]) -> str:
+    for frame in reversed(frames):
+        m = _FRAME.match(frame)
+        path = m.group("file") if m else frame
+        for stage, places in STAGES:
+            if any(p in path for p in places):
+                return stage
+    return "event loop"
+
+
+def stages(raw: Path) -> dict[str, float]:
+    """Each stage's share of the samples."""
+    counts: collections.Counter[str] = collections.Counter()
+    for row in raw.read_text().splitlines():
+        stack, _, count = row.rpartition(" ")
+        if stack and count.isdigit():
+            counts[stage_of(stack.split(";"))] += int(count)
+    total = sum(counts.values()) or 1
+    return {k: v / total for k, v in counts.most_common()}
 
 
 def summarize(raw: Path, top: int) -> str:
@@ -77,7 +118,8 @@ def summarize(raw: Path, top: int) -> str:
     return "\n".join(out)
 
 
-async def profile(a: argparse.Namespace, spy: str) -> Path:
+async def profile(a: argparse.Namespace, spy: str) -> tuple[Path, float | None]:
+    """The raw samples, and the gateway's CPU milliseconds per request in the window."""
     client, upstream = run.parse_pairs(a.pair)[0]
     cores = procs.split_cores()  # this driver and the mock on one core, the gateway on another
     tmp = Path(tempfile.mkdtemp(prefix="gateway-profile-"))
@@ -96,15 +138,26 @@ async def profile(a: argparse.Namespace, spy: str) -> Path:
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         spec = run.Spec("load", a.concurrency, a.mode, "gateway", client, upstream)
         target = run.target_for(spec, ports, wire.answer_text(a.chunks))
+        marks: dict[str, float] = {}
+
+        async def start() -> None:
+            marks["cpu0"] = procs.cpu_seconds(gw.pids()) if gw else 0.0
+
+        async def end() -> None:
+            marks["cpu1"] = procs.cpu_seconds(gw.pids()) if gw else 0.0
+
         result = await driver.run_load(target, concurrency=a.concurrency, warmup=0.5,
-                                       duration=a.seconds)
+                                       duration=a.seconds, on_start=start, on_end=end)
         _, err = recorder.communicate(timeout=a.seconds + 30)
         if recorder.returncode:
             sys.exit(f"py-spy failed: {err.decode(errors='replace').strip()}")
         summary = result.summary()
+        cpu_ms = (1e3 * (marks["cpu1"] - marks["cpu0"]) / result.requests
+                  if result.requests else None)
         print(f"{client}/{upstream} {a.mode} c{a.concurrency}: {summary['rps']:.0f} req/s, "
-              f"{result.errors} errors; raw samples: {out}")
-        return out
+              f"{result.errors} errors, gateway CPU {cpu_ms or 0:.3f} ms/request; raw samples: "
+              f"{out}")
+        return out, cpu_ms
     finally:
         if gw is not None:
             gw.stop()
@@ -113,7 +166,7 @@ async def profile(a: argparse.Namespace, spy: str) -> Path:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("pair", help="CLIENT:UPSTREAM (openai, 0128, 0529, chatui)")
+    p.add_argument("pair", help=f"CLIENT:UPSTREAM ({', '.join(wire.DIALECTS)})")
     p.add_argument("mode", choices=["whole", "stream"])
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("--seconds", type=float, default=10.0)
@@ -124,8 +177,12 @@ def main() -> None:
     spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
     if spy is None:
         sys.exit("py-spy is not installed: .venv/bin/pip install py-spy")
-    raw = asyncio.run(profile(a, spy))
+    raw, cpu_ms = asyncio.run(profile(a, spy))
     print(summarize(raw, a.top))
+    print("\nCPU per request by stage (share of samples x CPU per request):")
+    for stage, share in stages(raw).items():
+        us = f"{1e3 * share * cpu_ms:6.1f} us" if cpu_ms else ""
+        print(f"  {100 * share:5.1f}%  {us}  {stage}")
 
 
 if __name__ == "__main__":

@@ -50,11 +50,11 @@ report; twice: tear down at once). Everything is written to ``--out`` (JSON).
 
 Choices and their reasons:
 
-* The pair: ``chatui:openai`` by default (a chat UI in front of an OpenAI-compatible model):
-  the request is translated from chatui to OpenAI, and the OpenAI SSE stream back into chatui's
-  events, whose ``content`` is cumulative, so the gateway keeps per-stream state that grows
-  with the answer: the translating path most likely to leak. ``0529:0128`` is the other
-  translating pair of run.py's quick set.
+* The pair, by default (``wire.soak_pair``): a client dialect whose stream events repeat the
+  whole text so far (its bench module says ``KEEPS_STATE``; chatui today) in front of the last
+  registered other dialect (openai today: a chat UI in front of an OpenAI-compatible model).
+  The gateway then keeps per-stream state that grows with the answer: the translating path
+  most likely to leak.
 * ``--frame-delay-ms`` (50 by default, 20 tokens/s, a large model's pace): a stream of 20
   chunks is 23 frames on the openai side, so it lasts ~1.15 s and 500 clients keep ~430
   streams/s going. The point is 500 streams *open at once*, each mostly waiting on its
@@ -107,7 +107,7 @@ except ImportError as e:  # pragma: no cover - a fresh clone without the venv
     sys.exit(f"bench/soak.py needs the project's dependencies ({e}): run `make bench` once "
              "(it sets up .venv), then `.venv/bin/python bench/soak.py`")
 
-DEFAULT_PAIR = "chatui:openai"
+DEFAULT_PAIR = ":".join(wire.soak_pair())
 EXAMPLES_PER_KIND = 5
 clock = time.perf_counter
 
@@ -135,7 +135,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sample-every", type=float, default=5.0,
                    help="seconds between RSS / fd / CPU samples (and progress lines)")
     p.add_argument("--pair", type=parse_pair, default=DEFAULT_PAIR, metavar="CLIENT:UPSTREAM",
-                   help="client and upstream dialects (openai, 0128, 0529, chatui)")
+                   help=f"client and upstream dialects ({', '.join(wire.DIALECTS)})")
     p.add_argument("--chunks", type=int, default=20, help="text chunks per answer")
     p.add_argument("--frame-delay-ms", type=float, default=50.0,
                    help="mock delay before each stream frame (see the module docstring)")

@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from gateway.canonical import ChatRequest, Message, StreamFinish, StreamStart, TextDelta  # noqa: E402
 from gateway.dialects import DIALECTS  # noqa: E402
-from gateway.framing import encoder_for  # noqa: E402
+from gateway.framing import Named, Payload, encoder_for  # noqa: E402
 from gateway.pipeline import StreamTranslator  # noqa: E402
 
 
@@ -37,12 +37,12 @@ def request() -> ChatRequest:
     return ChatRequest(messages=[Message("user", "hi")], stream=True)
 
 
-def upstream_stream(name: str, chunks: int) -> tuple[list[bytes], list[bytes]]:
+def upstream_stream(name: str, chunks: int) -> tuple[list[bytes], list[Payload]]:
     """(framed chunks as sent on the wire, their bare payloads)."""
     dialect = DIALECTS[name]
     encoder = dialect.encoder(request())
     frame = encoder_for(dialect.framing)
-    payloads: list[bytes] = []
+    payloads: list[Payload] = []
     for event in [StreamStart(), *(TextDelta("tok ") for _ in range(chunks)), StreamFinish()]:
         payloads.extend(encoder.encode(event))
     return [frame(p) for p in payloads], payloads
@@ -75,10 +75,12 @@ def translate_once(up: str, client: str, framed: list[bytes]) -> Callable[[], in
     return run
 
 
-def baseline_once(payloads: list[bytes]) -> Callable[[], int]:
+def baseline_once(payloads: list[Payload]) -> Callable[[], int]:
     loads, dumps = orjson.loads, orjson.dumps
     json_payloads = []
     for p in payloads:
+        if isinstance(p, Named):  # a named SSE event: its data is the JSON
+            p = p.data
         try:
             loads(p)
             json_payloads.append(p)
