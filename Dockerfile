@@ -9,9 +9,11 @@ COPY pyproject.toml README.md ./
 COPY gateway/ gateway/
 RUN pip install --no-cache-dir . && cd / && rm -rf /src
 
-# The gateway reads /etc/chat-gateway/config.yaml. The image ships the demo config there;
-# mount your own over it, e.g. -v ./my-config.yaml:/etc/chat-gateway/config.yaml:ro
-COPY config/demo.yaml /etc/chat-gateway/config.yaml
+# The gateway reads /etc/chat-gateway/config.yaml. The image ships the demo config there, as the
+# installed gateway writes it; mount your own over it,
+# e.g. -v ./my-config.yaml:/etc/chat-gateway/config.yaml:ro
+RUN mkdir -p /etc/chat-gateway \
+ && chat-gateway demo --print-config > /etc/chat-gateway/config.yaml
 
 RUN groupadd --system --gid 10001 gateway \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin gateway

@@ -1,35 +1,46 @@
-# The two commands of the README: `make demo` and `make test`. Both set up .venv themselves.
+# The two commands of the README: `make demo` and `make test`. Both set up .venv themselves:
+# `make demo` installs only the gateway; `make test` adds the test extra and, through
+# .ci/provision, the system tools the tests run (Debian's prometheus and chromium).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+RUNTIME := $(VENV)/.installed
+TESTING := $(VENV)/.installed-test
 
-.PHONY: demo test lint typecheck unit bench soak clean
+.PHONY: demo test provision lint typecheck unit bench soak clean
 
-$(STAMP): pyproject.toml
+# The venv's own pip (ensurepip's, >= 22 for Python >= 3.11) installs an editable pyproject
+# package, so there is no pip upgrade to wait for.
+$(RUNTIME): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
-	touch $(STAMP)
+	$(BIN)/pip install --quiet -e .
+	touch $@
 
-demo: $(STAMP)
+$(TESTING): $(RUNTIME)
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+demo: $(RUNTIME)
 	$(BIN)/chat-gateway demo
 
-lint: $(STAMP)
+provision:
+	bash .ci/provision
+
+lint: $(TESTING)
 	$(BIN)/ruff check gateway tests bench
 
-typecheck: $(STAMP)
+typecheck: $(TESTING)
 	$(BIN)/mypy
 
-unit: $(STAMP)
+unit: $(TESTING) provision
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
-test: lint typecheck unit
+test: provision lint typecheck unit
 
-bench: $(STAMP)
+bench: $(TESTING)
 	$(BIN)/python bench/run.py
 
-soak: $(STAMP)
+soak: $(TESTING)
 	$(BIN)/python bench/soak.py
 
 clean:
