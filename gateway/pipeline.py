@@ -356,7 +356,8 @@ class StreamTranslator:
     off as a clean finish.
     """
 
-    __slots__ = ("_encoder", "_frame", "_gate", "_identity", "_in", "_replay", "_req", "_same",
+    __slots__ = ("_encoder", "_follow", "_frame", "_gate", "_identity", "_in", "_replay", "_req",
+                 "_same",
                  "_started", "chunks", "content_started", "done", "error", "finish_reason",
                  "model", "text_chars", "usage")
 
@@ -375,6 +376,9 @@ class StreamTranslator:
         self._identity = False
         self._replay: list[StreamEvent] = []
         """Identity mode: what the client was shown, for an error event that keeps it."""
+        self._follow: Callable[[Any], None] | None = getattr(self._encoder, "follow", None)
+        """An encoder that numbers or names what it writes (ids, sequence numbers) reads the
+        upstream's own payloads instead of a replay, so that its error event continues them."""
         self._req = req
         self._started = False
         self.chunks = 0
@@ -475,6 +479,8 @@ class StreamTranslator:
                 isinstance(e, StreamStart) and e.session_state is not None for e in events)
         if self._identity and not self._in.broken:
             self._pass_through(events)
+            if self._follow is not None:
+                self._follow(payload)
             return None
         return self._events(events) if events else b""
 
@@ -495,7 +501,7 @@ class StreamTranslator:
                 case StreamError():
                     self.error = e
                     self.done = True
-            if not self.done:
+            if not self.done and self._follow is None:
                 self._replay.append(e)
         self._started = True
         self.chunks += 1

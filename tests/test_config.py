@@ -14,41 +14,45 @@ import pytest
 import yaml
 
 from gateway.config import check_structure, parse_config
+from gateway.dialects import names
 from gateway.errors import ConfigError
+
+# Any two registered dialects: which ones does not matter to the config's checks.
+ONE, TWO = list(names())[:2]
 
 # One config with a problem of every kind: unknown key, wrong type, wrong enum value, bad URL,
 # out-of-range number, a field validator, a missing key, environment variables missing, unknown
 # upstreams (as a name and in a list), a path served twice.
-MANY = """\
+MANY = f"""\
 server:
-  port: ${GW_PORT}
+  port: ${{GW_PORT}}
   hots: 0.0.0.0
   max_body_bytes: lots
 logging:
   level: loud
 auth:
-  api_keys: ["${GW_MISSING_KEY}"]
+  api_keys: ["${{GW_MISSING_KEY}}"]
 upstreams:
   a:
     dialect: klingon
     url: ftp://example.com/chat
     timeout: -1
   b:
-    dialect: openai
+    dialect: {ONE}
     url: http://127.0.0.1:9004/v1/chat/completions
-    headers: {Authorization: "Bearer ${GW_MISSING_TOKEN}"}
+    headers: {{Authorization: "Bearer ${{GW_MISSING_TOKEN}}"}}
 routes:
   - path: /one
-    dialect: openai
+    dialect: {ONE}
     upstream: nope
   - path: /one
-    dialect: chatui
-    upstream: [a, {name: ghost, weight: 2}]
-    retries: {attempts: 0}
+    dialect: {TWO}
+    upstream: [a, {{name: ghost, weight: 2}}]
+    retries: {{attempts: 0}}
   - path: two
-    dialect: openai
+    dialect: {ONE}
     upstream: b
-  - dialect: openai
+  - dialect: {ONE}
     upstream: b
 """
 
@@ -56,7 +60,7 @@ PROBLEMS_WITHOUT_ENV = {
     "server.hots": "unknown key",
     "server.max_body_bytes": "valid integer",
     "logging.level": "'debug', 'info', 'warning' or 'error'",
-    "upstreams.a.dialect": "'openai'",
+    "upstreams.a.dialect": "unknown dialect 'klingon'",
     "upstreams.a.url": "absolute http:// or https:// URL",
     "upstreams.a.timeout": "greater than 0",
     "routes[1].retries.attempts": "greater than or equal to 1",
@@ -115,7 +119,7 @@ def test_a_missing_variable_is_one_problem_not_two() -> None:
         "server": {"port": "${GW_PORT}", "admin": "${GW_ADMIN}"},
         "auth": {"api_keys": ["${GW_KEY}"]},
         "upstreams": {"u": {"dialect": "${GW_DIALECT}", "url": "${GW_URL}"}},
-        "routes": [{"path": "/c", "dialect": "openai",
+        "routes": [{"path": "/c", "dialect": ONE,
                     "upstream": ["u", {"name": "u", "weight": "${GW_WEIGHT}"}]}],
     }
     found = _problems(data, env={})
@@ -127,11 +131,11 @@ def test_a_missing_variable_is_one_problem_not_two() -> None:
         "upstreams.u.url": "environment variable GW_URL is not set",
         "routes[0].upstream[1].weight": "environment variable GW_WEIGHT is not set",
     }
-    env = {"GW_PORT": "9000", "GW_ADMIN": "false", "GW_KEY": "k", "GW_DIALECT": "chatui",
+    env = {"GW_PORT": "9000", "GW_ADMIN": "false", "GW_KEY": "k", "GW_DIALECT": TWO,
            "GW_URL": "http://127.0.0.1:1/chat", "GW_WEIGHT": "2.5"}
     config = parse_config(data, env=env)
     assert config.server.port == 9000 and config.server.admin is False
-    assert config.upstreams["u"].dialect == "chatui"
+    assert config.upstreams["u"].dialect == TWO
     assert config.routes[0].upstreams[1].weight == 2.5
     # and without the environment, all of it is left as it stands
     assert check_structure(data) == ["server.port", "server.admin", "auth.api_keys[0]",
@@ -144,12 +148,12 @@ def test_structure_only_accepts_references_wherever_a_value_may_come_from() -> N
         "server": {"host": "${HOST:-0.0.0.0}", "port": "${PORT}",
                    "shutdown_grace": "${GRACE:-30}", "cors": {"allow_credentials": "${CRED}"}},
         "logging": {"format": "${LOG_FORMAT}"},
-        "upstreams": {"llm": {"dialect": "openai", "url": "${LLM_URL}",
+        "upstreams": {"llm": {"dialect": ONE, "url": "${LLM_URL}",
                               "headers": {"Authorization": "Bearer ${KEY}"},
                               "max_inflight": "${MAX}", "streaming": "${STREAMING}"}},
-        "routes": [{"path": "${ROUTE_PATH}", "dialect": "openai", "upstream": "${UPSTREAM}",
+        "routes": [{"path": "${ROUTE_PATH}", "dialect": ONE, "upstream": "${UPSTREAM}",
                     "retries": {"attempts": "${ATTEMPTS}"}},
-                   {"path": "/b", "dialect": "chatui", "upstream": "llm"}],
+                   {"path": "/b", "dialect": TWO, "upstream": "llm"}],
     }
     assert len(check_structure(data)) == 12
     # and the same config is still checked where no reference stands
@@ -163,10 +167,10 @@ def test_structure_only_accepts_references_wherever_a_value_may_come_from() -> N
 
 def test_cross_references_run_beside_field_errors() -> None:
     data = {
-        "upstreams": {"u": {"dialect": "openai", "url": "http://h/x", "timeout": 0}},
-        "routes": [{"path": "/a", "dialect": "protocol-2024-05-29", "upstream": "u",
+        "upstreams": {"u": {"dialect": ONE, "url": "http://h/x", "timeout": 0}},
+        "routes": [{"path": "/a", "dialect": TWO, "upstream": "u",
                     "strategy": "random"},
-                   {"path": "/a/stream", "dialect": "openai", "upstream": ["u", "v"]},
+                   {"path": "/a/stream", "dialect": ONE, "upstream": ["u", "v"]},
                    "not a route"],
     }
     _assert_problems(_problems(data, env={}), {

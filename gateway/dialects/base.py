@@ -168,6 +168,11 @@ class StreamEncoder(Protocol):
 
     def encode(self, event: StreamEvent) -> list[Payload]: ...
 
+    # Optional: ``follow(payload) -> None``. On an identity route the upstream's own payloads go
+    # to the client unchanged; an encoder whose events carry ids or sequence numbers reads them
+    # here, so that an error event it writes afterwards continues that stream. Without it the
+    # encoder is brought up to date by re-encoding the canonical events instead.
+
 
 class Dialect(Protocol):
     """One wire format. Its declarations are read-only: a module's class attributes."""

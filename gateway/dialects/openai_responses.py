@@ -155,7 +155,8 @@ class OpenAIResponsesDialect(SamplesFromPackage):
     name = NAME
     summary = "the OpenAI Responses API: input/output items, typed SSE events"
     capabilities = Capabilities(citations=True, usage_whole=True, usage_stream=True, tools=True,
-                                images=True, reasoning=True)
+                                images=True, reasoning=True, reasoning_replay="own")
+    # (the API finds a replayed reasoning item by its id: another provider's has none)
     framing: Framing = "sse"
     named_events = True
     stream_content_type = "text/event-stream"
@@ -1261,6 +1262,11 @@ def _delta(p: dict[str, Any]) -> str:
     return delta
 
 
+_PART_CLOSERS = frozenset({"response.output_text.done", "response.content_part.done",
+                           "response.reasoning_summary_text.done",
+                           "response.reasoning_summary_part.done"})
+
+
 @dataclass(slots=True)
 class _Item:
     """An output item the encoder opened: where it is, and what it said so far."""
@@ -1272,6 +1278,8 @@ class _Item:
     call: ToolCall | None = None
     redacted: str | None = None
     part_open: bool = False
+    seen: set[str] = field(default_factory=set)
+    """Closing events the upstream already sent for it (identity route: :meth:`follow`)."""
     final: dict[str, JSON] | None = None
     """The item as ``output_item.done`` showed it (what the final ``output`` lists)."""
 
@@ -1480,10 +1488,12 @@ class _Encoder:
         for k, a in enumerate(annotations):
             out.append(self._event("response.output_text.annotation.added", {
                 **base, "annotation_index": k, "annotation": a}))
-        out.append(self._event("response.output_text.done",
-                               {**base, "text": text, "logprobs": []}))
-        out.append(self._event("response.content_part.done",
-                               {**base, "part": _output_text(text, annotations)}))
+        if item.part_open and "response.output_text.done" not in item.seen:
+            out.append(self._event("response.output_text.done",
+                                   {**base, "text": text, "logprobs": []}))
+        if item.part_open and "response.content_part.done" not in item.seen:
+            out.append(self._event("response.content_part.done",
+                                   {**base, "part": _output_text(text, annotations)}))
         self._done_item(item, status, out, annotations)
 
     def _take_annotations(self, text: str) -> list[JSON]:
@@ -1501,10 +1511,12 @@ class _Encoder:
         if item.part_open:
             text = item.text
             base = {"item_id": item.id, "output_index": item.index, "summary_index": 0}
-            out.append(self._event("response.reasoning_summary_text.done",
-                                   {**base, "text": text}))
-            out.append(self._event("response.reasoning_summary_part.done",
-                                   {**base, "part": {"type": "summary_text", "text": text}}))
+            if "response.reasoning_summary_text.done" not in item.seen:
+                out.append(self._event("response.reasoning_summary_text.done",
+                                       {**base, "text": text}))
+            if "response.reasoning_summary_part.done" not in item.seen:
+                out.append(self._event("response.reasoning_summary_part.done", {
+                    **base, "part": {"type": "summary_text", "text": text}}))
         self._done_item(item, status, out)
 
     def _end_call(self, item: _Item, status: str, out: list[Payload]) -> None:
@@ -1530,7 +1542,8 @@ class _Encoder:
         empty = status == "in_progress"
         match item.kind:
             case "message":
-                content = [] if empty else [_output_text(item.text, annotations or [])]
+                content = [] if empty or not item.part_open else [
+                    _output_text(item.text, annotations or [])]
                 return {"type": "message", "id": item.id, "status": status,
                         "role": "assistant", "content": content}
             case "function_call":
@@ -1571,7 +1584,75 @@ class _Encoder:
             status, incomplete_details=details, output=self._final_output(),
             usage=_usage_json(event.usage) if event.usage is not None else None)}))
 
+    def follow(self, payload: Any) -> None:
+        """The upstream's own event went to the client (identity route): take its numbering,
+        ids and items as this encoder's own, so that an error written next continues it."""
+        if not isinstance(payload, Named) or not isinstance(payload.data, dict):
+            return
+        p: dict[str, Any] = payload.data
+        seq = p.get("sequence_number")
+        if isinstance(seq, int):
+            self._seq = max(self._seq, seq + 1)
+        kind = p.get("type")
+        response = p.get("response")
+        if kind == "response.created" and isinstance(response, dict):
+            self._started = True
+            if isinstance(response.get("id"), str):
+                self._id = response["id"]
+            if isinstance(response.get("created_at"), int):
+                self._created = response["created_at"]
+            if isinstance(response.get("model"), str):
+                self._model = response["model"]
+            return
+        index = p.get("output_index")
+        if not isinstance(index, int):
+            return
+        item = p.get("item")
+        if kind == "response.output_item.added" and isinstance(item, dict):
+            self._follow_added(index, item)
+            return
+        followed = next((i for i in self._items if i.index == index), None)
+        if followed is None:
+            return
+        delta = p.get("delta")
+        if kind in ("response.output_text.delta", "response.reasoning_summary_text.delta",
+                    "response.function_call_arguments.delta") and isinstance(delta, str):
+            followed.chunks.append(delta)
+        elif kind in ("response.content_part.added", "response.reasoning_summary_part.added"):
+            followed.part_open = True
+        elif kind in _PART_CLOSERS:
+            followed.seen.add(kind)
+        elif kind == "response.output_item.done" and isinstance(item, dict):
+            followed.final = item
+            followed.chunks = []
+            if followed is self._open:
+                self._open = None
+            if followed is self._reasoning:
+                self._reasoning = None
+
+    def _follow_added(self, index: int, item: dict[str, Any]) -> None:
+        item_id = item.get("id") if isinstance(item.get("id"), str) else _new_id("item_")
+        kind = item.get("type")
+        if kind == "function_call":
+            call = ToolCall(str(item.get("call_id") or item_id), str(item.get("name") or ""), "")
+            self._items.append(_Item(index, item_id, "function_call", call=call))
+        elif kind in ("message", "reasoning"):
+            followed = _Item(index, item_id, kind)
+            self._items.append(followed)
+            if kind == "message":
+                self._open = followed
+            else:
+                self._reasoning = followed
+
     def _error(self, event: StreamError, out: list[Payload]) -> None:
+        # The message and reasoning shown so far are finished as incomplete first (the message
+        # with its sources), so that the client keeps them: nothing but response.failed may
+        # follow the error event. A call cut short stays open: its arguments are not JSON.
+        if self._started:
+            if self._citations is not None and self._open is None and not self._items:
+                self._message(out)
+            self._end_message(out, "incomplete")
+            self._end_reasoning(out, "incomplete")
         self._closed = True
         code = event.code or "server_error"
         out.append(self._event("error", {

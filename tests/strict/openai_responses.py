@@ -151,7 +151,7 @@ def _read_content(content: Any, role: str, msg: ObservedMessage, where: str) -> 
 def read_whole(body: Any) -> Observed:
     assert isinstance(body, dict), f"a response is an object, not {body!r}"
     _check_response(body)
-    seen = Observed()
+    seen = Observed(model=body["model"])
     _read_output(body["output"], seen)
     _read_terminal(body, seen)
     return seen
@@ -314,6 +314,7 @@ def read_stream(data: bytes) -> Observed:
             _check_response(r)
             if response_id is None:
                 response_id = r["id"]
+                seen.model = r["model"]
             assert r["id"] == response_id, f"{where}: the response id changed to {r['id']}"
             if kind in _TERMINAL:
                 terminal = r
