@@ -16,6 +16,7 @@ frames is forwarded as the very bytes that came (nothing re-serialised).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, assert_never
@@ -537,7 +538,10 @@ class StreamTranslator:
             # The client saw the upstream's own payloads: bring the encoder to that state, so
             # that its error event continues what was shown (same id, content kept).
             for e in self._replay:
-                self._encoder.encode(e)
+                # What it writes is thrown away: a payload it could not write (nested too
+                # deeply) went to the client as it came, and only the encoder's state matters.
+                with contextlib.suppress(orjson.JSONEncodeError, RecursionError):
+                    self._encoder.encode(e)
             self._replay = []
         out: list[Payload] = []
         try:

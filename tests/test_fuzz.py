@@ -355,7 +355,8 @@ def test_translator_fails_cleanly_on_chunks_too_deep_to_write(upstream: str,
     """orjson reads 1024 levels but writes 254: a chunk the client's dialect must carry on
     becomes an error event, never an exception. Each place (two levels down) of the upstream's
     first payloads in turn gets a value 255 and 1,000 levels deep; a same-dialect route passes
-    the payload on as it came, so it must fail; any other fails cleanly or never carries it."""
+    a read of whole frames on byte for byte (nothing is written, so nothing can fail) or, when
+    the decoder refuses the payload first, fails; any other fails cleanly or never carries it."""
     u, c = DIALECTS[upstream], DIALECTS[client]
     seeds = sample_payloads(upstream)[:3]
     for n, seed in enumerate(seeds):
@@ -373,4 +374,5 @@ def test_translator_fails_cleanly_on_chunks_too_deep_to_write(upstream: str,
                 if tr.error is not None:
                     assert tr.feed(_framed(u, seeds[0])) == b""
                 if u is c:  # passed on as it came, or refused by the decoder first
-                    assert tr.error is not None and tr.broken, (n, path, depth)
+                    assert (tr.error is not None and tr.broken) or \
+                        (tr.error is None and deep in out), (n, path, depth)

@@ -894,7 +894,8 @@ def _render_output(resp: ChatResponse, text: str, calls: list[ToolCall]) -> list
         out.append(_reasoning_output(r))
     status = "incomplete" if resp.finish_reason in _INCOMPLETE_BY_FINISH else "completed"
     first = resp.messages[0] if resp.messages else None
-    if text or not calls:
+    # sources hang on a text part: an answer of only tool calls still gets one when it cites
+    if text or not calls or citations_of(resp.context):
         out.append({"type": "message", "id": (first.id if first else None) or _new_id("msg_"),
                     "status": status, "role": "assistant",
                     "content": [_output_text(text, _annotations(resp.context, text))]})
@@ -1649,8 +1650,8 @@ class _Encoder:
         # with its sources), so that the client keeps them: nothing but response.failed may
         # follow the error event. A call cut short stays open: its arguments are not JSON.
         if self._started:
-            if self._citations is not None and self._open is None and not self._items:
-                self._message(out)
+            if self._citations is not None:
+                self._message(out)  # the answer's sources need a text part to hang on
             self._end_message(out, "incomplete")
             self._end_reasoning(out, "incomplete")
         self._closed = True
