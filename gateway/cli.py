@@ -130,7 +130,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="a config file to serve instead of the built-in demo config (the demo "
                         "backends start either way; default: the built-in one)")
     d.add_argument("--print-config", action="store_true",
-                   help="print the built-in demo config as YAML and exit")
+                   help="print the built-in demo config as YAML and exit (default: run the demo)")
     d.add_argument("--log-format", choices=_FORMATS, default="console",
                    help="json: one JSON object per line; console: for people "
                         "(default: %(default)s)")

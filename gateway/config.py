@@ -32,6 +32,7 @@ from gateway.errors import ConfigError
 
 __all__ = [
     "ENV_REFERENCE",
+    "ENV_REFERENCE_SCHEMA",
     "RESERVED_PATHS",
     "AuthConfig",
     "CorsConfig",
@@ -59,7 +60,20 @@ def _known_dialect(name: str) -> str:
 
 
 def _dialect_schema(schema: dict[str, Any]) -> None:
-    schema["enum"] = list(DIALECTS)
+    # the registry's names, read when the schema is made; or a ${VAR} like any other value
+    schema.pop("type", None)
+    schema["anyOf"] = [{"type": "string", "enum": list(DIALECTS)}, dict(ENV_REFERENCE_SCHEMA)]
+
+
+def _or_env(prop: dict[str, Any]) -> dict[str, Any]:
+    """A dialect's route option as the config schema shows every non-string value: it may
+    also be a ``${VAR}`` reference."""
+    if "enum" not in prop and "const" not in prop and \
+            prop.get("type") not in ("integer", "number", "boolean"):
+        return prop
+    outer: dict[str, Any] = {k: prop[k] for k in ("title", "description", "default") if k in prop}
+    inner = {k: v for k, v in prop.items() if k not in outer}
+    return {**outer, "anyOf": [inner, dict(ENV_REFERENCE_SCHEMA)]}
 
 
 DialectName = Annotated[str, AfterValidator(_known_dialect), WithJsonSchema({"type": "string"}),
@@ -276,7 +290,7 @@ def _route_schema(schema: dict[str, Any]) -> None:
             continue
         for key, prop in dialect.route_options.model_json_schema().get("properties", {}).items():
             about = f"Routes of dialect {name} only. {prop.get('description', '')}".strip()
-            schema["properties"].setdefault(key, {**prop, "description": about})
+            schema["properties"].setdefault(key, _or_env({**prop, "description": about}))
 
 
 class RouteConfig(_Model):
@@ -484,6 +498,13 @@ class _References(ValueError):
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 ENV_REFERENCE = _VAR
 """A ``${VAR}`` or ``${VAR:-default}`` reference inside a string value."""
+ENV_REFERENCE_SCHEMA: dict[str, Any] = {
+    "type": "string",
+    "pattern": ENV_REFERENCE.pattern,
+    "description": "Read from the environment when the config is loaded: ${VAR} or "
+                   "${VAR:-default}.",
+}
+"""The JSON Schema of such a reference: allowed beside every non-string value."""
 
 
 def _interpolate(value: Any, where: str, env: dict[str, str],

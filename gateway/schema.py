@@ -14,17 +14,9 @@ from typing import Any
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, JsonSchemaValue
 from pydantic_core import CoreSchema, core_schema
 
-from gateway.config import ENV_REFERENCE, GatewayConfig
+from gateway.config import ENV_REFERENCE_SCHEMA, GatewayConfig
 
 __all__ = ["ENV_REFERENCE_SCHEMA", "config_json_schema"]
-
-ENV_REFERENCE_SCHEMA: dict[str, Any] = {
-    "type": "string",
-    "pattern": ENV_REFERENCE.pattern,
-    "description": "Read from the environment when the config is loaded: ${VAR} or "
-                   "${VAR:-default}.",
-}
-
 
 def _or_env(schema: JsonSchemaValue) -> JsonSchemaValue:
     # Inline rather than a shared $ref: pydantic's generator owns $defs and its references.

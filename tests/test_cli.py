@@ -136,7 +136,7 @@ def test_check_reports_every_problem(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert main(["check", "--config", path]) == 1
     err = capsys.readouterr().err
     # a field error, a cross-reference and a missing variable: all three in one run
-    assert "upstreams.a.dialect: Input should be" in err
+    assert "upstreams.a.dialect: unknown dialect 'klingon'" in err
     assert "routes[2].upstream: unknown upstream 'nope'" in err
     assert "server.port: environment variable GW_TEST_UNSET_PORT is not set" in err
     assert len(err.splitlines()) == 4  # the heading and one line per problem
@@ -203,8 +203,9 @@ def test_translate_offers_every_registered_dialect(capsys: pytest.CaptureFixture
     # argparse wraps lines at spaces and after hyphens
     text = " ".join(re.sub(r"(?<=-)\n\s*", "", capsys.readouterr().out).split())
     assert "--on-unsupported {reject,drop}" in text
-    assert f"--from {{{','.join(names())}}}" in text
-    assert f"--to {{{','.join(names())}}}" in text
+    listed = ", ".join(names())
+    assert f"--from DIALECT the dialect of the body on stdin: {listed}" in text
+    assert f"--to DIALECT the dialect to write: {listed}" in text
     for name in names():  # and each one's summary
         assert f"{name}: {' '.join(get(name).summary.split())}" in text
     with pytest.raises(SystemExit) as refused:

@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / ".ci" / "provision"
 BASH = shutil.which("bash") or "/bin/bash"
 # What the script itself calls, besides the tools it looks for and the stand-ins.
+INITDB = "/usr/lib/postgresql/*/bin/initdb"
 UTILITIES = ("awk", "sort", "xargs", "echo", "mktemp", "cat", "rm")
 
 
@@ -58,14 +59,22 @@ def _bin(tmp_path: Path, *, uid: int, apt: bool, sudo: bool, present: tuple[str,
         stub("apt-get", body + "\nexit 0")
     if sudo:
         stub("sudo", f'echo "sudo $*" >> {log}')
+    root = tmp_path / "root"
+    root.mkdir()
     for tool in present:
-        stub(tool, "exit 0")
+        if "/" in tool:  # a tool its package installs off PATH: made under the script's root
+            made = root / tool.lstrip("/").replace("*", "15")
+            made.parent.mkdir(parents=True)
+            made.write_text("")
+        else:
+            stub(tool, "exit 0")
     return bin_dir
 
 
 def _run(bin_dir: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([BASH, str(SCRIPT)], env={"PATH": str(bin_dir)}, capture_output=True,
-                          text=True, timeout=30, check=False)
+    env = {"PATH": str(bin_dir), "PROVISION_ROOT": str(bin_dir.parent / "root")}
+    return subprocess.run([BASH, str(SCRIPT)], env=env, capture_output=True, text=True,
+                          timeout=30, check=False)
 
 
 def _calls(tmp_path: Path) -> list[str]:
@@ -76,7 +85,7 @@ def _calls(tmp_path: Path) -> list[str]:
 def test_the_list_names_the_tools_the_operations_tests_run() -> None:
     tools = dict(_tools())
     assert tools == {"promtool": "prometheus", "prometheus": "prometheus",
-                     "chromium": "chromium"}
+                     "chromium": "chromium", "/usr/lib/postgresql/*/bin/initdb": "postgresql"}
     # make test and CI go through the script
     assert "bash .ci/provision" in (ROOT / ".ci" / "run").read_text()
     makefile = (ROOT / "Makefile").read_text()
@@ -93,7 +102,7 @@ def test_nothing_to_do_when_every_tool_is_there(tmp_path: Path) -> None:
 
 
 def test_root_with_apt_installs_each_missing_package_once(tmp_path: Path) -> None:
-    result = _run(_bin(tmp_path, uid=0, apt=True, sudo=False, present=("chromium",)))
+    result = _run(_bin(tmp_path, uid=0, apt=True, sudo=False, present=("chromium", INITDB)))
     calls = _calls(tmp_path)
     assert len(calls) == 2
     assert calls[0].startswith("apt-get ") and calls[0].endswith(" update -qq")
@@ -110,7 +119,8 @@ def test_passwordless_sudo_is_used_when_not_root(tmp_path: Path) -> None:
     assert calls[0] == "sudo -n true"
     installs = [c for c in calls if " install " in c]
     assert installs and all(c.startswith("sudo -n apt-get ") for c in installs)
-    assert installs[-1].endswith(" install -y -qq --no-install-recommends chromium prometheus")
+    assert installs[-1].endswith(
+        " install -y -qq --no-install-recommends chromium postgresql prometheus")
 
 
 @pytest.mark.parametrize(("uid", "apt"), [(1000, True), (0, False)], ids=["no-root", "no-apt"])
@@ -121,8 +131,9 @@ def test_cannot_install_fails_with_one_line_naming_the_packages(tmp_path: Path, 
     assert _calls(tmp_path) == []
     assert result.stderr.count("\n") == 1
     assert result.stderr.startswith(
-        "provision: the tests need promtool prometheus chromium: install Debian's chromium "
-        "prometheus (sudo apt-get install chromium prometheus)")
+        "provision: the tests need promtool prometheus chromium /usr/lib/postgresql/*/bin/initdb:"
+        " install Debian's chromium postgresql prometheus (sudo apt-get install chromium "
+        "postgresql prometheus)")
 
 
 
@@ -130,7 +141,7 @@ def test_when_apt_fails_its_output_is_shown(tmp_path: Path) -> None:
     result = _run(_bin(tmp_path, uid=0, apt=True, sudo=False, apt_fails=True))
     assert result.returncode == 1
     lines = result.stderr.splitlines()
-    assert lines == ["provision: installing Debian packages: chromium prometheus",
+    assert lines == ["provision: installing Debian packages: chromium postgresql prometheus",
                      "E: Unable to locate package",
-                     "provision: apt-get could not install chromium prometheus (its output is "
-                     "above)"]
+                     "provision: apt-get could not install chromium postgresql prometheus "
+                     "(its output is above)"]

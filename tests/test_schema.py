@@ -17,6 +17,7 @@ from jsonschema import Draft202012Validator
 
 from gateway.cli import main
 from gateway.config import check_structure, parse_config
+from gateway.demo import demo_config
 from gateway.errors import ConfigError
 from gateway.schema import ENV_REFERENCE_SCHEMA, config_json_schema
 
@@ -29,6 +30,8 @@ def _examples() -> Iterator[tuple[str, Any]]:
     """(name, parsed config) of every config the repository shows or ships."""
     for path in sorted((ROOT / "config").glob("*.yaml")):
         yield f"config/{path.name}", yaml.safe_load(path.read_text())
+    # the demo's config is made from the registry (`chat-gateway demo --print-config`)
+    yield "demo", demo_config()
     manifest = yaml.safe_load((ROOT / "deploy/kubernetes/configmap.yaml").read_text())
     for key, text in manifest["data"].items():
         yield f"configmap.yaml:{key}", yaml.safe_load(text)
@@ -113,7 +116,7 @@ def test_shipped_and_documented_configs_validate(validator: Draft202012Validator
 
 def test_the_examples_cover_every_place_configs_are_shown() -> None:
     names = set(EXAMPLES)
-    assert {"config/demo.yaml", "config/compose.yaml", "configmap.yaml:config.yaml",
+    assert {"demo", "config/compose.yaml", "configmap.yaml:config.yaml",
             "README.md#0", "docs/scenarios.md#0", "docs/operations.md#0"} <= names
     # one of them takes the port from the environment
     assert any(isinstance(d.get("server"), dict) and "${PORT" in str(d["server"].get("port"))

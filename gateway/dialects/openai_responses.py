@@ -1632,7 +1632,8 @@ class _Encoder:
                 self._reasoning = None
 
     def _follow_added(self, index: int, item: dict[str, Any]) -> None:
-        item_id = item.get("id") if isinstance(item.get("id"), str) else _new_id("item_")
+        given = item.get("id")
+        item_id = given if isinstance(given, str) else _new_id("item_")
         kind = item.get("type")
         if kind == "function_call":
             call = ToolCall(str(item.get("call_id") or item_id), str(item.get("name") or ""), "")

@@ -157,8 +157,10 @@ class Answerer:
         except ParseError as e:
             return self._malformed(f"the upstream answer could not be read: {e}")
         # Same dialect both sides (a round trip is exact) and nothing of the client's to put in:
-        # the session-state spelling it used, or its state echoed to it.
+        # the session-state spelling it used, its state echoed to it, or a shape its route's
+        # options ask for.
         same = (dialect is self.client and "session_key" not in req.hints
+                and not self.entry.config.model_extra
                 and (resp.session_state is not None or req.session_state is None))
         return with_session_echo(resp, req), raw if same else None
 

@@ -344,6 +344,12 @@ class _Decoder:
     def decode(self, payload: Any) -> list[StreamEvent]:
         if self._ended:
             return []
+        if isinstance(payload, dict) and isinstance(payload.get("fail"), dict):
+            # its error body where a stream was asked for (served as JSON): the stream's error
+            self._ended = True
+            fail = payload["fail"]
+            code = fail.get("code")
+            return [StreamError(error_text(fail), code if isinstance(code, str) else None)]
         if not isinstance(payload, Named) or not isinstance(payload.data, dict):
             raise DialectError("an event must be named and carry an object", "stream")
         kind, data = payload.event, payload.data
