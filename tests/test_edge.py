@@ -399,3 +399,110 @@ async def test_past_max_connections_new_ones_are_refused_at_once_and_streams_go_
         async with aiohttp.ClientSession() as s, \
                 s.get(f"http://127.0.0.1:{gw.port}/healthz") as resp:
             assert resp.status == 200
+
+
+# --- a client gone at any await point of a stream's start --------------------------------------
+
+
+class _Disconnect:
+    """Counts the awaited calls of aiohttp's response, writer and request methods made while a
+    stream is answered (:meth:`Answerer._stream`: its start, its writes, its end), and at call
+    ``n`` acts as a client that went away: ``mode`` ``raise`` raises ConnectionResetError there
+    (a write to a reset socket), ``close`` aborts the transport and lets aiohttp carry on."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, n: int, mode: str) -> None:
+        self.n, self.mode = n, mode
+        self.calls = 0
+        self.active = False
+        self.fired = False
+        self.request: web.BaseRequest | None = None
+        from aiohttp.http_writer import StreamWriter
+
+        import gateway.exchange.answer as answer
+
+        for cls in (web.StreamResponse, StreamWriter, web.BaseRequest):
+            for name, fn in list(vars(cls).items()):
+                if inspect.iscoroutinefunction(fn):
+                    monkeypatch.setattr(cls, name, self._wrap(fn))
+        stream, start = answer.Answerer._stream, answer.Answerer._start_stream
+        self.in_start = False
+        self.cut_in_start = False
+
+        async def watched(answerer: Any, *args: Any) -> Any:
+            self.request = answerer.request
+            self.active = True
+            try:
+                return await stream(answerer, *args)
+            finally:
+                self.active = False
+
+        async def starting(answerer: Any) -> Any:
+            self.in_start = True
+            try:
+                return await start(answerer)
+            finally:
+                self.in_start = False
+
+        monkeypatch.setattr(answer.Answerer, "_stream", watched)
+        monkeypatch.setattr(answer.Answerer, "_start_stream", starting)
+
+    def _wrap(self, fn: Any) -> Any:
+        async def wrapped(obj: Any, *args: Any, **kwargs: Any) -> Any:
+            if self.active and not self.fired:
+                self.calls += 1
+                if self.calls == self.n:
+                    self.fired = True
+                    self.cut_in_start = self.in_start
+                    if self.mode == "raise":
+                        raise ConnectionResetError("reset by the test")
+                    assert self.request is not None
+                    transport = self.request.transport
+                    if transport is not None:
+                        transport.abort()
+                    await asyncio.sleep(0)  # the loop sees the connection lost
+            return await fn(obj, *args, **kwargs)
+        return wrapped
+
+
+@pytest.mark.parametrize("mode", ["raise", "close"])
+async def test_a_client_gone_at_any_await_of_a_stream_is_never_a_500(
+        monkeypatch: pytest.MonkeyPatch, logs: io.StringIO, caplog: pytest.LogCaptureFixture,
+        mode: str) -> None:
+    """For n = 1, 2, …: the client goes away at the n-th awaited call of a stream's answer,
+    until n passes them all and the stream ends normally. Never a 500, nothing logged as
+    internal_error or as an aiohttp error; a cut before the status line went out (the stream's
+    start) is counted 499, a later one 200 (what the client saw) with the disconnect counted."""
+    dialect = names()[0]
+    n = starts = 0
+    while True:
+        n += 1
+        assert n < 50, "the stream start never completed"
+        with monkeypatch.context() as patch:
+            cut = _Disconnect(patch, n, mode)
+            async with running(dialect) as gw:
+                head, body = _ask(dialect, stream=True)
+                reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+                writer.write(head + body)
+                await writer.drain()
+                _, got = await _closed_within(reader, 3.0)
+                writer.close()
+                metrics = gw.app[METRICS].registry
+
+                def counted(status: str, d: str = dialect, m: Any = metrics) -> float:
+                    return m.get_sample_value("gateway_requests_total", {
+                        "route": "/chat", "client_dialect": d, "upstream": "up",
+                        "upstream_dialect": d, "status": status}) or 0.0
+
+                assert await _until(lambda: counted("499") + counted("200") == 1, 3.0), \
+                    (n, got[:300])
+                assert counted("500") == 0
+                if not cut.fired:  # past the last await: the stream started and finished
+                    assert counted("200") == 1 and got.startswith(b"HTTP/1.1 200"), got[:200]
+                    break
+                if cut.cut_in_start:
+                    assert counted("499") == 1, (n, got[:300])
+                    starts += 1
+        text = logs.getvalue()
+        assert "internal_error" not in text, text[-3000:]
+        assert "Error handling request" not in caplog.text, caplog.text[-3000:]
+    assert starts > 2 and n > starts + 2, (starts, n)  # the start and the rest had await points
