@@ -24,6 +24,7 @@ from aiohttp import web
 from gateway import handlers, status
 from gateway.auth import accepted_key
 from gateway.config import GatewayConfig
+from gateway.edge import Edge, EdgeRunner, edge_for
 from gateway.keys import LOG, RUNTIME
 
 __all__ = ["add_admin_routes", "create_admin_app", "start_admin_listener"]
@@ -90,13 +91,17 @@ async def _not_here(request: web.Request) -> web.Response:
 
 
 async def start_admin_listener(main: web.Application, config: GatewayConfig, host: str, *,
-                               reuse_port: bool = False) -> web.AppRunner | None:
+                               reuse_port: bool = False,
+                               edge: Edge | None = None) -> web.AppRunner | None:
     """Serve :func:`create_admin_app` on ``server.admin_port`` (``admin_host``, else
-    ``host``); ``None`` when no admin port is configured. The caller cleans the runner up."""
+    ``host``); ``None`` when no admin port is configured. The caller cleans the runner up.
+    ``edge``: the main listener's limits, shared (the default: the config's, its own)."""
     port = config.server.admin_port
     if port is None:
         return None
-    runner = web.AppRunner(create_admin_app(main), access_log=None)
+    if edge is None:
+        edge = edge_for(config.server)
+    runner = EdgeRunner(create_admin_app(main), edge, access_log=None)
     await runner.setup()
     admin_host = config.server.admin_host or host
     try:

@@ -16,6 +16,7 @@ from gateway import handlers, status
 from gateway.admin import add_admin_routes
 from gateway.balancer import Balancer, UpstreamState
 from gateway.config import GatewayConfig, load_config
+from gateway.edge import BodyTimeout
 from gateway.errors import ConfigError, UpstreamError
 from gateway.exchange import Env
 from gateway.keys import (
@@ -203,6 +204,11 @@ async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
         raise
     except (asyncio.CancelledError, ConnectionError):
         raise
+    except BodyTimeout:  # a handler that reads a body (history): the edge closes after this
+        response = handlers.json_error(408, "the request body did not arrive in time",
+                                       "REQUEST_TIMEOUT")
+        response.force_close()
+        return response
     except Exception:
         request.app[LOG].exception("internal_error", path=request.path)
         return handlers.json_error(500, "internal gateway error", "INTERNAL_ERROR")

@@ -115,6 +115,20 @@ class ServerConfig(_Model):
     """Request bodies past this get 413."""
     shutdown_grace: Seconds = 30.0
     """On SIGTERM, how long in-flight streams may take to finish."""
+    header_timeout: Seconds = 10.0
+    """Seconds a client has to send a request's line and headers, counted from the connection's
+    accept, or on a keep-alive connection from the end of the previous answer (so it also
+    bounds an idle keep-alive connection). Past it the connection is closed without an answer.
+    Enforced on every listener, the admin one included. Read at start."""
+    body_timeout: Seconds = 30.0
+    """Longest silence while a request's body is read. Past it the client gets 408 in its
+    route's dialect and the connection is closed. Read at start."""
+    max_connections: int | None = Field(None, ge=1)
+    """Most client connections open at once in one process (a worker), both listeners
+    together; past it a new connection gets 503 and is closed at once while the established
+    ones go on. Default: what the open-file limit leaves room for, two descriptors a
+    connection (the client's and its upstream's) after a reserve of 100, at most 10,000. The
+    gateway raises its soft open-file limit to the hard limit at start. Read at start."""
     cors: CorsConfig = CorsConfig()
     """Cross-origin (browser) access; off unless ``allow_origins`` is set."""
     admin: bool = True

@@ -145,6 +145,10 @@ class Metrics:
         self.config_reloads = Family(Counter(
             "gateway_config_reloads_total", "Config reloads by result (ok, invalid).",
             ["result"], registry=r))
+        self.connections_closed = Family(Counter(
+            "gateway_client_connections_closed_total",
+            "Client connections the gateway closed at its edge, by reason: header_timeout, "
+            "body_timeout, max_connections (refused at accept).", ["reason"], registry=r))
 
     def series(self, route: str, client_dialect: str, upstream: str,
                upstream_dialect: str) -> RouteSeries:
@@ -160,6 +164,10 @@ class Metrics:
             MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
             return generate_latest(registry)
         return generate_latest(self.registry)
+
+    def edge_drops(self, reason: str) -> None:
+        """Counts a connection :mod:`gateway.edge` closed."""
+        self.connections_closed.labels(reason).inc()
 
     def count_usage(self, upstream: str, usage: Usage | None) -> None:
         if usage is None:

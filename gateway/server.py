@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import multiprocessing
 import os
 import shutil
@@ -25,10 +26,11 @@ from aiohttp import web
 from gateway.admin import start_admin_listener
 from gateway.app import create_app
 from gateway.config import GatewayConfig, load_config
-from gateway.keys import RELOADER
+from gateway.edge import Edge, EdgeRunner, edge_for
+from gateway.keys import METRICS, RELOADER
 from gateway.log import configure_logging, get_logger
 
-__all__ = ["loop_factory", "run_server", "serve_forever"]
+__all__ = ["loop_factory", "open_listeners", "run_server", "serve_forever"]
 
 LoopFactory = Callable[[], asyncio.AbstractEventLoop]
 
@@ -54,6 +56,27 @@ def _run(main: Coroutine[Any, Any, None], factory: LoopFactory | None) -> None:
         runner.run(main)
 
 
+async def open_listeners(app: web.Application, config: GatewayConfig, host: str, port: int,
+                         *, reuse_port: bool = False
+                         ) -> tuple[web.AppRunner, web.AppRunner | None, Edge]:
+    """``app`` served on ``host:port`` and, when configured, the admin listener, both behind
+    one :class:`~gateway.edge.Edge`. The caller cleans up both runners (admin last)."""
+    edge = edge_for(config.server, app[METRICS].edge_drops)
+    runner = EdgeRunner(app, edge, handler_cancellation=True, access_log=None,
+                        shutdown_timeout=config.server.shutdown_grace,
+                        # an unread body after the answer is read for at most this long
+                        lingering_time=min(10.0, config.server.body_timeout))
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, reuse_port=reuse_port or None, backlog=1024)
+    try:
+        await site.start()
+        admin = await start_admin_listener(app, config, host, reuse_port=reuse_port, edge=edge)
+    except BaseException:  # e.g. the admin port is taken: nothing may be left listening
+        await runner.cleanup()
+        raise
+    return runner, admin, edge
+
+
 async def serve_forever(config: GatewayConfig, config_path: str | None, host: str, port: int,
                         *, reuse_port: bool = False, on_ready: asyncio.Event | None = None,
                         stop: asyncio.Event | None = None) -> None:
@@ -61,16 +84,12 @@ async def serve_forever(config: GatewayConfig, config_path: str | None, host: st
     finish within ``server.shutdown_grace``."""
     log = get_logger()
     app = create_app(config, config_path=config_path)
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
-                           shutdown_timeout=config.server.shutdown_grace)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port, reuse_port=reuse_port or None, backlog=1024)
-    await site.start()
-    try:
-        admin = await start_admin_listener(app, config, host, reuse_port=reuse_port)
-    except BaseException:  # e.g. the admin port is taken: nothing may be left listening
-        await runner.cleanup()
-        raise
+    runner, admin, edge = await open_listeners(app, config, host, port, reuse_port=reuse_port)
+    # What start-up built lives as long as the process: out of the collector's sight, so that a
+    # full collection (many connections' objects churned, e.g. under a slow-header attack) does
+    # not walk those ~50,000 objects each time (about 30 ms on a 2-vCPU machine).
+    gc.collect()
+    gc.freeze()
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     pending: set[asyncio.Task[object]] = set()
@@ -85,7 +104,8 @@ async def serve_forever(config: GatewayConfig, config_path: str | None, host: st
     loop.add_signal_handler(signal.SIGHUP, reload)
     log.info("listening", host=host, port=port, pid=os.getpid(), routes=len(config.routes),
              loop=type(loop).__module__.split(".")[0],
-             upstream_client=config.server.upstream_client)
+             upstream_client=config.server.upstream_client,
+             max_connections=edge.max_connections)
     if on_ready is not None:
         on_ready.set()
     try:

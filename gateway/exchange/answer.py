@@ -208,6 +208,13 @@ class Answerer:
         self.progress.status = 200
         return resp
 
+    async def _finish(self, resp: web.StreamResponse) -> None:
+        """The stream's end (its last chunk), where a client gone shows as on a write."""
+        try:
+            await resp.write_eof()
+        except (ConnectionError, aiohttp.ClientConnectionResetError) as e:
+            raise ClientGone from e
+
     async def _write(self, resp: web.StreamResponse, data: bytes) -> None:
         t0 = time.perf_counter()
         self.progress.sent_bytes += len(data)
@@ -262,7 +269,7 @@ class Answerer:
         self.progress.answered(tr.model, tr.finish_reason)
         if tr.error is not None:
             self.progress.error = tr.error.message
-        await resp.write_eof()
+        await self._finish(resp)
         return Answered(resp, fault if fault != "ok" else "malformed" if tr.broken else "ok")
 
     async def _sent(self, resp: web.StreamResponse, out: bytes, tr: StreamTranslator) -> None:
@@ -292,7 +299,7 @@ class Answerer:
                 self.progress.chunks += 1
             if self.progress.first_content is None and self.progress.chunks > 1:
                 self.progress.first_content = time.perf_counter()
-        await resp.write_eof()
+        await self._finish(resp)
         return Answered(resp, "ok")
 
 

@@ -12,6 +12,7 @@ from aiohttp import web
 from gateway.auth import accepted_key
 from gateway.canonical import ChatError, ChatRequest
 from gateway.config import GatewayConfig
+from gateway.edge import BodyTimeout
 from gateway.errors import ParseError
 from gateway.pipeline import parse_body
 from gateway.runtime import RouteEntry
@@ -57,6 +58,14 @@ async def read_chat_request(request: web.Request, entry: RouteEntry,
 
 
 async def _read_body(request: web.Request, limit: int) -> bytes:
+    try:
+        return await _read_bounded(request, limit)
+    except BodyTimeout:  # the edge's body_timeout (gateway.edge); it closes the connection
+        raise Refused(ChatError(408, "the request body did not arrive in time",
+                                code="REQUEST_TIMEOUT"), {"Connection": "close"}) from None
+
+
+async def _read_bounded(request: web.Request, limit: int) -> bytes:
     too_large = Refused(ChatError(413, f"the request body is over {limit} bytes",
                                   code="PAYLOAD_TOO_LARGE"))
     length = request.content_length
