@@ -225,13 +225,19 @@ class UpstreamConfig(_Model):
     headers: dict[str, str] = {}
     """Headers sent with every request to it (credentials: use ``${VAR}``); never logged."""
     timeout: Seconds = 60.0
-    """Bound on a whole answer, and on the wait for a stream's first byte."""
+    """Bound on a whole answer, and on the wait for a stream's first event."""
     connect_timeout: Seconds = 5.0
     """Bound on opening a connection to it."""
     first_byte_timeout: Seconds | None = None
-    """Defaults to ``timeout``."""
+    """Bound from the request to the response headers and, for a stream, to its first event
+    (keep-alive comments, blank lines and trickled bytes do not count); defaults to
+    ``timeout``."""
     idle_timeout: Seconds | None = None
-    """Longest silence between two chunks of a stream; defaults to ``timeout``."""
+    """Longest wait for the next event of a stream (keep-alives do not count); defaults to
+    ``timeout``."""
+    max_stream_seconds: Seconds | None = None
+    """Longest a stream may run, from the request to its end; past it the client gets its
+    dialect's error event (a timeout). Default: no limit."""
     streaming: Literal["auto", "always", "never"] = "auto"
     """auto: stream when the client does; always: the upstream only streams; never: it never
     does."""

@@ -253,7 +253,7 @@ class StreamDecoding:
     :class:`StreamError` (:attr:`broken`: the gateway found it, not the upstream), after which
     nothing more is decoded."""
 
-    __slots__ = ("_decoder", "_reader", "broken", "ended")
+    __slots__ = ("_decoder", "_reader", "broken", "ended", "events")
 
     def __init__(self, upstream: Dialect, max_size: int = DEFAULT_MAX_LINE) -> None:
         self._reader = SniffingReader(max_size, named=upstream.named_events)
@@ -261,6 +261,9 @@ class StreamDecoding:
         self.broken = False
         self.ended = False
         """A finish or an error was decoded: the stream is over."""
+        self.events = 0
+        """Payloads (SSE events with data, JSON lines) read from the upstream: its progress.
+        Keep-alive comments, blank lines and bytes that do not complete a payload are none."""
 
     @property
     def whole(self) -> bool:
@@ -276,6 +279,7 @@ class StreamDecoding:
             return self._broke(f"the upstream sent a malformed stream: {e.message}")
 
     def decode(self, payload: Any) -> list[StreamEvent]:
+        self.events += 1
         try:
             events = self._decoder.decode(payload)
         except ParseError as e:
@@ -406,6 +410,10 @@ class StreamTranslator:
         """The failure was the gateway's finding (malformed bytes, truncation, transport), not an
         error the upstream declared."""
         return self._in.broken
+
+    def events_read(self) -> int:
+        """Payloads read from the upstream so far (see :attr:`StreamDecoding.events`)."""
+        return self._in.events
 
     @property
     def dropped(self) -> list[str]:
@@ -602,6 +610,10 @@ class StreamAssembler:
     @property
     def error(self) -> StreamError | None:
         return self._assembler.error
+
+    def events_read(self) -> int:
+        """Payloads read from the upstream so far (see :attr:`StreamDecoding.events`)."""
+        return self._in.events
 
     @property
     def broken(self) -> bool:

@@ -42,6 +42,7 @@ from faults.harness import (
 )
 from faults.upstream import (
     ERROR_MESSAGE,
+    LONG_REPEATS,
     PIECES,
     SECRET_IN_PAGE,
     TEXT,
@@ -61,6 +62,10 @@ from gateway.upstream import connections_in_use
 
 def _any(_: Dialect) -> bool:
     return True
+
+
+def _is_sse(dialect: Dialect) -> bool:
+    return dialect.framing == "sse"
 
 T = TIMEOUTS["timeout"]
 IDLE = TIMEOUTS["idle_timeout"]
@@ -102,6 +107,14 @@ class Fault:
     bound: float = FAST
     both: bool = False
     """Run against the client's own dialect and another (not one rotating upstream)."""
+    config: tuple[tuple[str, float], ...] = ()
+    """Upstream settings over :data:`TIMEOUTS`."""
+    text: str = TEXT
+    """The whole text the upstream would send: what a client got before an error is a prefix."""
+    exact_prefix: bool = True
+    """A mid-stream error comes after exactly the first two pieces."""
+    waits: float = 0.0
+    """The least time the case must take (the configured bound that ends it)."""
 
 
 FAULTS = [
@@ -136,6 +149,23 @@ FAULTS = [
     Fault("ctype_plain", OK, OK),
     Fault("ctype_none", OK, OK),
     Fault("ctype_swapped", OK, OK),
+    # Keep-alives never stand for an answer: the first *event* is bounded by ``timeout`` (here
+    # ``first_byte_timeout`` is unset; ``idle_timeout`` is set long, so that only the first-event
+    # bound can fire), and, the stream not having begun, the client gets a plain 504.
+    Fault("comments_first", status(504), status(504, "did not start"), _is_sse, "always",
+          bound=T + 3.0, config=(("idle_timeout", 30.0),), waits=T),
+    Fault("blanks_first", status(504), status(504, "did not start"),
+          whole_streaming="always", bound=T + 3.0, config=(("idle_timeout", 30.0),), waits=T),
+    Fault("trickle_first", status(504), status(504, "did not start"),
+          whole_streaming="always", bound=T + 3.0, config=(("idle_timeout", 30.0),), waits=T),
+    # After the first event, keep-alives alone do not hold the stream either: ``idle_timeout``
+    # counts the time without an event.
+    Fault("heartbeats", status(504), event("silent", "GATEWAY_TIMEOUT"),
+          whole_streaming="always", bound=T + 3.0),
+    # A stream that keeps flowing, past ``max_stream_seconds``: the error event, a timeout.
+    Fault("long", status(504), event("max_stream_seconds", "GATEWAY_TIMEOUT"),
+          whole_streaming="always", bound=1.5 + 3.0, config=(("max_stream_seconds", 1.5),),
+          text=TEXT * LONG_REPEATS, exact_prefix=False),
     # Unknown keys pass through only to a client of the upstream's own dialect, and there the
     # upstream's bytes are passed on as they came (never written back), deep value and all;
     # elsewhere it is dropped. Run against its own dialect and another:
@@ -259,8 +289,8 @@ def _check(case: Case, ans: Answer, port: int) -> None:
     if want.code is not None and codes_errors_by_status(client):
         assert event.code == want.code, event
     # what came before the error is a true prefix of the answer, never garbage
-    assert TEXT.startswith(ans.text), ans.text
-    if case.fault.name not in ("errbody",):
+    assert case.fault.text.startswith(ans.text), ans.text
+    if case.fault.exact_prefix and case.fault.name not in ("errbody",):
         assert ans.text == "".join(PIECES[:2]), ans.text
 
 
@@ -284,6 +314,7 @@ async def _run(case: Case, aiohttp_client: Any, logs: io.StringIO,
             url = up.url(case.upstream, case.fault.name)
         streaming = "auto" if case.stream else case.fault.whole_streaming
         app = create_app(gateway_config(url, case.upstream, case.client, streaming=streaming,
+                                        upstream_extra=dict(case.fault.config),
                                         upstream_client=upstream_client))
         client = await aiohttp_client(app, server_kwargs={"handler_cancellation": True})
         path, body, headers = client_request(case.client, case.stream)
@@ -301,6 +332,10 @@ async def _run(case: Case, aiohttp_client: Any, logs: io.StringIO,
             assert elapsed > T - 0.1, elapsed
         elif case.fault.name in ("stall", "slow"):
             assert elapsed > IDLE - 0.1, elapsed
+        assert elapsed > case.fault.waits - 0.1, elapsed
+        if case.fault.name == "long" and case.stream:  # recorded as the timeout it is
+            assert elapsed > 1.5 - 0.1, elapsed
+            assert await wait_until(lambda: '"up:timeout"' in logs.getvalue()), logs.getvalue()
         _check(case, ans, up.port)
         await settle(app)
         if ans.status != 200 or ans.stream_error is not None:

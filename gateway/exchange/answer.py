@@ -170,7 +170,7 @@ class Answerer:
         got_data = False
         try:
             async with call.whole_deadline():
-                async for chunk in call.chunks():
+                async for chunk in call.chunks(assembler.events_read):
                     got_data = got_data or not chunk.isspace()
                     assembler.feed(chunk)
                     if assembler.error is not None:
@@ -233,7 +233,7 @@ class Answerer:
         fault = "ok"
         got_data = False
         try:
-            async for chunk in call.chunks():
+            async for chunk in call.chunks(tr.events_read):
                 got_data = got_data or not chunk.isspace()
                 out = tr.feed(chunk)
                 if not out:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 
 from gateway.config import UpstreamConfig
 from gateway.errors import UpstreamError
@@ -101,19 +101,25 @@ class UpstreamCall:
         except UpstreamError:
             return b""
 
-    async def chunks(self) -> AsyncIterator[bytes]:
-        """Body chunks as they arrive; ``idle_timeout`` bounds each wait."""
+    async def chunks(self, events: Callable[[], int] | None = None) -> AsyncIterator[bytes]:
+        """Body chunks as they arrive, bounded by :class:`_StreamWatch`.
+
+        ``events``: how many events the caller has read from the chunks so far (a parsed
+        payload that carries something of the answer). Only events count as progress: keep-alive
+        comments, blank lines, heartbeat payloads and bytes trickled in without completing an
+        event do not hold a stream open. Without it, every chunk counts."""
         read = self.response.read
         perf = time.perf_counter
-        watch = _IdleWatch(self.response, self.config.idle_timeout or self.config.timeout)
+        config = self.config
+        watch = _StreamWatch(self.response, self.started, config, events)
         try:
             while True:
                 t0 = perf()
                 watch.reading_since(t0)
                 try:
                     chunk = await read()
-                except _Idle as e:
-                    raise UpstreamError("timeout", "the upstream stream went silent") from e
+                except _Late as e:
+                    raise UpstreamError("timeout", e.message) from e
                 finally:
                     watch.reading = False
                     self.waited += perf() - t0
@@ -125,48 +131,89 @@ class UpstreamCall:
 
 
 class _Late(Exception):
-    """A whole body did not arrive within ``timeout``."""
+    """A bound on the body passed (``timeout``, ``idle_timeout``, ``max_stream_seconds``)."""
+
+    def __init__(self, message: str = "the upstream did not finish its answer in time") -> None:
+        super().__init__(message)
+        self.message = message
 
 
-class _Idle(Exception):
-    """The upstream sent nothing for ``idle_timeout`` while a chunk was awaited."""
+NOT_STARTED = "the upstream stream did not start in time"
+SILENT = "the upstream stream went silent"
+TOO_LONG = "the upstream stream ran past max_stream_seconds"
 
 
-class _IdleWatch:
-    """Bounds every wait for a stream's next chunk with one timer for the whole stream.
+class _StreamWatch:
+    """Bounds a stream body with one timer for the whole stream:
+
+    - its first event within ``first_byte_timeout`` (default ``timeout``) of the request;
+    - no wait for the next event longer than ``idle_timeout`` (default ``timeout``), counted
+      only while the gateway waits on the upstream (time spent writing to the client is not);
+    - all of it within ``max_stream_seconds`` of the request, when set.
 
     ``asyncio.timeout()`` around each read pushes a timer on the loop's heap and cancels it: about
     4 µs a chunk, a fifth of what the gateway spends on a 20-chunk stream. Here a read only stamps
     when it began; the deadline (on the loop's wheel, :mod:`gateway.upstream.deadlines`), when it
-    fires, re-arms itself at that stamp + ``idle`` and only when a read has been waiting that
-    long does it fail the body, which wakes the pending read with :class:`_Idle`. Time spent
-    writing to the client is not counted.
+    fires, re-arms itself for the nearest bound still ahead, and when one has passed it fails the
+    body, which wakes the pending (or the next) read with :class:`_Late`.
     """
 
-    __slots__ = ("_done", "_handle", "_idle", "_response", "_wheel", "reading", "since")
+    __slots__ = ("_done", "_end_by", "_events", "_first_by", "_handle", "_idle", "_response",
+                 "_seen", "_started", "_wheel", "reading", "since")
 
-    def __init__(self, response: UpstreamResponse, idle: float) -> None:
+    def __init__(self, response: UpstreamResponse, started: float, config: UpstreamConfig,
+                 events: Callable[[], int] | None) -> None:
         self._wheel = deadlines()
         self._response = response
-        self._idle = idle
+        self._idle = config.idle_timeout or config.timeout
+        self._events = events
+        self._started = events is None  # with no count of events, bytes are progress
+        self._seen = 0
+        self._first_by = started + (config.first_byte_timeout or config.timeout)
+        self._end_by = (None if config.max_stream_seconds is None
+                        else started + config.max_stream_seconds)
         self._done = False
         self.reading = False
         self.since = time.perf_counter()
-        self._handle: Deadline | None = self._wheel.after(idle, self._check)
+        """Since when the stream has been waited on without an event."""
+        self._handle: Deadline | None = None
+        self._arm(self.since)
 
     def reading_since(self, t0: float) -> None:
         self.reading = True
-        self.since = t0
+        events = self._events
+        if events is None:
+            self.since = t0
+            return
+        seen = events()
+        if seen != self._seen:
+            self._seen = seen
+            self._started = True
+            self.since = t0
+
+    def _arm(self, now: float) -> None:
+        due = self.since + self._idle if self.reading else now + self._idle
+        if not self._started:
+            due = min(due, self._first_by)
+        if self._end_by is not None:
+            due = min(due, self._end_by)
+        self._handle = self._wheel.after(max(due - now, 0.0), self._check)
 
     def _check(self) -> None:
         self._handle = None
         if self._done:
             return
-        waited = time.perf_counter() - self.since if self.reading else 0.0
-        if waited >= self._idle:
-            self._response.fail(_Idle())
-            return
-        self._handle = self._wheel.after(self._idle - waited, self._check)
+        now = time.perf_counter()
+        if not self._started and self._events is not None and self._events() > 0:
+            self._started = True  # (its first event is being written to the client)
+        if self._end_by is not None and now >= self._end_by:
+            self._response.fail(_Late(TOO_LONG))
+        elif not self._started and now >= self._first_by:
+            self._response.fail(_Late(NOT_STARTED))
+        elif self.reading and now - self.since >= self._idle:
+            self._response.fail(_Late(SILENT))
+        else:
+            self._arm(now)
 
     def stop(self) -> None:
         self._done = True

@@ -45,6 +45,8 @@ __all__ = [
     "DRIP_SECONDS",
     "ERROR_MESSAGE",
     "FAULTS",
+    "HOLD_SECONDS",
+    "LONG_REPEATS",
     "PIECES",
     "SECRET_IN_PAGE",
     "TEXT",
@@ -65,6 +67,12 @@ DRIP_SECONDS = 0.25
 HUGE_BYTES = 256 * 1024
 """Longer than the ``max_line_bytes`` the fault tests configure (64 KiB)."""
 FLOOD_PIECE = "x" * 1024
+HEARTBEAT_SECONDS = 0.1
+TRICKLE_SECONDS = 0.2
+HOLD_SECONDS = 5.0
+"""How long the keep-alive faults hold before they answer: longer than any timeout the fault
+tests configure for them, so that a gateway that lets keep-alives hold a stream is seen."""
+LONG_REPEATS = 20
 _MID_PAUSE = 0.05
 """After the first frames of a mid-stream fault: time for the gateway to forward them, so the
 client surely got bytes before the fault."""
@@ -95,6 +103,15 @@ FAULTS = {
     "deep": "a correct answer whose first object holds a value nested 300 deep (orjson reads "
             "1024 levels, writes 254)",
     "flood": "a stream of 1 KiB deltas that never ends; counts the bytes it got to send",
+    "comments_first": f"SSE keep-alive comments every {HEARTBEAT_SECONDS} s for {HOLD_SECONDS} s, "
+                      "then the correct answer",
+    "blanks_first": f"blank lines every {HEARTBEAT_SECONDS} s for {HOLD_SECONDS} s, then the "
+                    "correct answer",
+    "trickle_first": f"the first frame one byte every {TRICKLE_SECONDS} s (for {HOLD_SECONDS} s "
+                     "at most), then the rest of the answer",
+    "heartbeats": f"the first frames, then keep-alives (SSE comments, or blank lines) every "
+                  f"{HEARTBEAT_SECONDS} s for {HOLD_SECONDS} s, then the rest of the answer",
+    "long": f"an answer of {LONG_REPEATS} x the text, one frame every {HEARTBEAT_SECONDS} s",
 }
 DEEP = b"[" * 300 + b"]" * 300
 
@@ -534,3 +551,68 @@ class FaultUpstream:
                 self.flood_sent += len(piece)
         return False
 
+
+    # --- keep-alives and long streams ---------------------------------------------------------
+
+    @staticmethod
+    def _keepalive(dialect: Dialect) -> bytes:
+        return b": keep-alive\n\n" if dialect.framing == "sse" else b"\n"
+
+    @staticmethod
+    async def _hold(conn: _Conn, pieces: list[bytes], every: float) -> list[bytes]:
+        """Sends ``pieces`` one every ``every`` seconds for :data:`HOLD_SECONDS` at most, or
+        until the gateway hangs up; returns the pieces not sent."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + HOLD_SECONDS
+        while pieces and loop.time() < until and not conn.reader.at_eof():
+            await conn.send(_chunk(pieces.pop(0)))
+            await asyncio.sleep(every)
+        return pieces
+
+    async def _keepalives_then_answer(self, conn: _Conn, dialect: Dialect,
+                                      keepalive: bytes) -> bool:
+        await conn.send(_head(200, dialect.stream_content_type))
+        with contextlib.suppress(ConnectionError):
+            await self._hold(conn, [keepalive] * 10_000, HEARTBEAT_SECONDS)
+            frames = stream_frames(dialect, answer_events())
+            await conn.send(b"".join(map(_chunk, frames)) + _LAST_CHUNK)
+        await conn.wait_hangup(5.0)
+        return False
+
+    async def _comments_first(self, conn: _Conn, dialect: Dialect, stream: bool) -> bool:
+        return await self._keepalives_then_answer(conn, dialect, b": keep-alive\n\n")
+
+    async def _blanks_first(self, conn: _Conn, dialect: Dialect, stream: bool) -> bool:
+        return await self._keepalives_then_answer(conn, dialect, b"\n")
+
+    async def _trickle_first(self, conn: _Conn, dialect: Dialect, stream: bool) -> bool:
+        frames = stream_frames(dialect, answer_events())
+        await conn.send(_head(200, dialect.stream_content_type))
+        with contextlib.suppress(ConnectionError):
+            rest = await self._hold(conn, [bytes((b,)) for b in frames[0]], TRICKLE_SECONDS)
+            await conn.send(_chunk(b"".join(rest)) + b"".join(map(_chunk, frames[1:]))
+                            + _LAST_CHUNK)
+        await conn.wait_hangup(5.0)
+        return False
+
+    async def _heartbeats(self, conn: _Conn, dialect: Dialect, stream: bool) -> bool:
+        rest = await self._start_stream(conn, dialect, answer_events()[3:])
+        with contextlib.suppress(ConnectionError):
+            await self._hold(conn, [self._keepalive(dialect)] * 10_000, HEARTBEAT_SECONDS)
+            await conn.send(b"".join(map(_chunk, rest)) + _LAST_CHUNK)
+        await conn.wait_hangup(5.0)
+        return False
+
+    async def _long(self, conn: _Conn, dialect: Dialect, stream: bool) -> bool:
+        frames = stream_frames(dialect, answer_events(PIECES * LONG_REPEATS))
+        await conn.send(_head(200, dialect.stream_content_type))
+        with contextlib.suppress(ConnectionError):
+            for frame in frames:
+                if conn.reader.at_eof():
+                    break
+                await conn.send(_chunk(frame))
+                await asyncio.sleep(HEARTBEAT_SECONDS)
+            else:
+                await conn.send(_LAST_CHUNK)
+        await conn.wait_hangup(5.0)
+        return False
