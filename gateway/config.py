@@ -29,6 +29,7 @@ from pydantic import (
 
 from gateway.dialects import DIALECTS, get
 from gateway.errors import ConfigError
+from gateway.secrets import Scrubber, secrets_of
 
 __all__ = [
     "ENV_REFERENCE",
@@ -268,6 +269,15 @@ class UpstreamConfig(_Model):
         own = {k.lower() for k in self.headers}
         return bool(own & {"authorization", "api-key", "x-api-key"}) or any(
             u is not None and "@" in u.split("/", 3)[2] for u in (self.url, self.stream_url))
+
+    @cached_property
+    def scrubber(self) -> Scrubber:
+        """Hides this upstream's credentials and addresses in text it sends back (its error
+        messages) before they reach a client or a log (:mod:`gateway.secrets`). Cached: built
+        once per config."""
+        return Scrubber(secrets_of(
+            (self.url, self.stream_url, self.effective_stream_url, self.health_url),
+            self.headers))
 
     @property
     def effective_stream_url(self) -> str:

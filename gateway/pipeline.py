@@ -247,16 +247,24 @@ class ResponseAssembler:
 # --- streams -------------------------------------------------------------------------------------
 
 
+Scrub = Callable[[str], str]
+"""Hides secrets in an upstream's text (:class:`gateway.secrets.Scrubber`)."""
+
+
 class StreamDecoding:
     """Upstream stream bytes to canonical events: the framing reader, then the upstream dialect's
     decoder. Never raises for bad bytes: a framing or dialect error becomes a
     :class:`StreamError` (:attr:`broken`: the gateway found it, not the upstream), after which
     nothing more is decoded."""
 
-    __slots__ = ("_decoder", "_reader", "broken", "ended", "events")
+    __slots__ = ("_decoder", "_reader", "_scrub", "broken", "ended", "events")
 
-    def __init__(self, upstream: Dialect, max_size: int = DEFAULT_MAX_LINE) -> None:
+    def __init__(self, upstream: Dialect, max_size: int = DEFAULT_MAX_LINE,
+                 scrub: Scrub | None = None) -> None:
         self._reader = SniffingReader(max_size, named=upstream.named_events)
+        self._scrub = scrub
+        """Applied to the upstream's own error events (its words: they may quote what it was
+        sent, credentials included)."""
         self._decoder: StreamDecoder = upstream.decoder()
         self.broken = False
         self.ended = False
@@ -290,6 +298,12 @@ class StreamDecoding:
             return [self._broke("the upstream sent a chunk nested too deeply to read")]
         if events and isinstance(events[-1], StreamFinish | StreamError):
             self.ended = True
+            last = events[-1]
+            if isinstance(last, StreamError) and self._scrub is not None:
+                scrub = self._scrub
+                events = [*events[:-1], replace(
+                    last, message=scrub(last.message),
+                    code=None if last.code is None else scrub(last.code))]
         return events
 
     def feed(self, data: bytes) -> list[StreamEvent]:
@@ -368,9 +382,9 @@ class StreamTranslator:
 
     def __init__(
         self, upstream: Dialect, client: Dialect, req: ChatRequest, *,
-        max_size: int = DEFAULT_MAX_LINE, policy: Policy = "reject",
+        max_size: int = DEFAULT_MAX_LINE, policy: Policy = "reject", scrub: Scrub | None = None,
     ) -> None:
-        self._in = StreamDecoding(upstream, max_size)
+        self._in = StreamDecoding(upstream, max_size, scrub)
         self._encoder: StreamEncoder = client.encoder(req)
         self._frame: Callable[[Payload], bytes] = encoder_for(client.framing)
         self._gate = EventGate(client, policy) if EventGate.needed(upstream, client) else None
@@ -486,7 +500,10 @@ class StreamTranslator:
             self._same = False
             self._identity = self._req.session_state is None or any(
                 isinstance(e, StreamStart) and e.session_state is not None for e in events)
-        if self._identity and not self._in.broken:
+        # The upstream's own error is never passed on as it came: re-encoded, it carries only
+        # its (scrubbed) message and code.
+        if self._identity and not self._in.broken and not (
+                events and isinstance(events[-1], StreamError)):
             self._pass_through(events)
             if self._follow is not None:
                 self._follow(payload)
@@ -603,8 +620,9 @@ class StreamAssembler:
 
     __slots__ = ("_assembler", "_in")
 
-    def __init__(self, upstream: Dialect, max_size: int = DEFAULT_MAX_LINE) -> None:
-        self._in = StreamDecoding(upstream, max_size)
+    def __init__(self, upstream: Dialect, max_size: int = DEFAULT_MAX_LINE,
+                 scrub: Scrub | None = None) -> None:
+        self._in = StreamDecoding(upstream, max_size, scrub)
         self._assembler = ResponseAssembler()
 
     @property

@@ -17,6 +17,7 @@ itself, where it answers differently.
 from __future__ import annotations
 
 import asyncio
+import base64
 import io
 import time
 from collections.abc import Callable, Iterator
@@ -42,6 +43,10 @@ from faults.harness import (
 )
 from faults.upstream import (
     ERROR_MESSAGE,
+    LEAK_KEY,
+    LEAK_PASSWORD,
+    LEAK_TOKEN,
+    LEAK_USER,
     LONG_REPEATS,
     PIECES,
     SECRET_IN_PAGE,
@@ -53,10 +58,12 @@ from faults.upstream import (
 
 from gateway.app import create_app
 from gateway.canonical import ChatRequest, Message, StreamError, StreamFinish, StreamStart
+from gateway.config import parse_config
 from gateway.dialects import Dialect, get, names
 from gateway.framing import SniffingReader, encoder_for
 from gateway.keys import TRANSPORT
 from gateway.log import configure_logging
+from gateway.secrets import REDACTED
 from gateway.upstream import connections_in_use
 
 
@@ -410,3 +417,68 @@ async def test_a_whole_answer_from_a_stream_is_bounded_by_timeout(aiohttp_client
         assert T - 0.1 < elapsed < T + 0.4
         await settle(app)
         assert await wait_until(lambda: up.open_connections == 0)
+
+
+LEAKS = {"leak401": 401, "leak500": 500, "leakchunk": 0}
+"""The faults whose upstream quotes the request's credentials and address; 0: an error event."""
+
+
+def _leak_cases() -> Iterator[tuple[str, str, str, bool]]:
+    clients = names()
+    for fi, fault in enumerate(LEAKS):
+        for mi, stream in enumerate((False, True)):
+            for ci, client in enumerate(clients):
+                yield fault, clients[(ci + fi + mi + 1) % len(clients)], client, stream
+
+
+LEAK_CASES = list(_leak_cases())
+
+
+@pytest.mark.parametrize(("fault", "upstream", "client_dialect", "stream"), LEAK_CASES,
+                         ids=[f"{f}-{u}->{c}-{'streamed' if s else 'whole'}"
+                              for f, u, c, s in LEAK_CASES])
+async def test_an_upstream_error_never_hands_back_the_gateways_secrets(
+        fault: str, upstream: str, client_dialect: str, stream: bool, aiohttp_client: Any,
+        logs: io.StringIO) -> None:
+    """The upstream's own error text (a 401's, a 500's, a mid-stream error event's) quotes the
+    key the gateway sent (configured from ``${VAR}``), the URL's password and query token and
+    the upstream's address: the client's answer, whole or streamed, and every log line hold
+    none of them, only ``[redacted]`` in their place."""
+    async with FaultUpstream() as up:
+        stream_path = get(upstream).stream_path
+        data: dict[str, Any] = {
+            "upstreams": {"up": {
+                "dialect": upstream, "url": up.leak_url(upstream, fault),
+                "stream_url": up.leak_url(upstream, fault, stream_path),
+                "headers": {"x-api-key": "${LEAK_KEY}"}, "streaming": "always" if fault ==
+                "leakchunk" else "auto", **TIMEOUTS}},
+            "routes": [{"path": "/chat", "dialect": client_dialect, "upstream": "up"}],
+            "health": {"failure_threshold": 1000},
+        }
+        app = create_app(parse_config(data, env={"LEAK_KEY": LEAK_KEY}))
+        client = await aiohttp_client(app, server_kwargs={"handler_cancellation": True})
+        path, body, headers = client_request(client_dialect, stream)
+        async with client.post(path, json=body, headers=headers) as resp:
+            raw = await resp.read()
+            ans = read_answer(get(client_dialect), resp.status, resp.headers, raw, 0.0)
+        await settle(app)
+        assert len(up.requests) == 1
+        assert up.requests[0].header("x-api-key") == LEAK_KEY  # it was sent, and quoted
+        if LEAKS[fault]:
+            assert ans.status == LEAKS[fault], raw
+            message = error_message(get(client_dialect), ans)
+        elif stream:
+            assert ans.status == 200 and ans.stream_error is not None, raw
+            message = ans.stream_error.message
+        else:  # the upstream's declared error, as the status its dialect gives it
+            assert ans.status >= 500 and not ans.streamed, raw
+            message = error_message(get(client_dialect), ans)
+        assert "invalid api key" in message and REDACTED in message, message
+        basic = base64.b64encode(f"{LEAK_USER}:{LEAK_PASSWORD}".encode()).decode()
+        logged = logs.getvalue()
+        assert "invalid api key" in logged  # the error text was logged, scrubbed
+        for secret in (LEAK_KEY, LEAK_PASSWORD, LEAK_TOKEN, basic, f"127.0.0.1:{up.port}",
+                       "10.1.2.3", f"{LEAK_USER}:"):
+            assert secret not in raw.decode("utf-8", "replace"), (secret, raw)
+            assert secret not in logged, (secret, logged)
+        assert "127.0.0.1" not in raw.decode("utf-8", "replace")  # (the log has the client's)

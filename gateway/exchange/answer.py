@@ -152,10 +152,13 @@ class Answerer:
             body = parse_body(raw)
             declared = dialect.parse_error(body)
             if declared is not None:
-                return self._malformed(declared.message, declared.code, declared.type)
+                scrub = call.config.scrubber
+                return self._malformed(scrub(declared.message), scrub.optional(declared.code),
+                                       scrub.optional(declared.type))
             resp = dialect.parse_response(body)
         except ParseError as e:
-            return self._malformed(f"the upstream answer could not be read: {e}")
+            return self._malformed(call.config.scrubber(
+                f"the upstream answer could not be read: {e}"))
         # Same dialect both sides (a round trip is exact) and nothing of the client's to put in:
         # the session-state spelling it used, its state echoed to it, or a shape its route's
         # options ask for.
@@ -166,7 +169,7 @@ class Answerer:
 
     async def _assembled(self, req: ChatRequest, call: UpstreamCall,
                          dialect: Dialect) -> ChatResponse | Answered:
-        assembler = StreamAssembler(dialect, call.config.max_line_bytes)
+        assembler = StreamAssembler(dialect, call.config.max_line_bytes, call.config.scrubber)
         got_data = False
         try:
             async with call.whole_deadline():
@@ -228,7 +231,7 @@ class Answerer:
     async def _stream(self, req: ChatRequest, call: UpstreamCall,
                       dialect: Dialect) -> Answered:
         tr = StreamTranslator(dialect, self.client, req, max_size=call.config.max_line_bytes,
-                              policy=self.policy)
+                              policy=self.policy, scrub=call.config.scrubber)
         resp: web.StreamResponse | None = None
         fault = "ok"
         got_data = False

@@ -180,11 +180,12 @@ def _upstream_failed(ctx: AttemptContext, state: UpstreamState, e: UpstreamError
                      log: AttemptLog) -> Retry:
     state.failed(ctx.health, time.monotonic())
     log.attempts.append(Attempt(state.name, e.kind))
+    message = state.config.scrubber(e.message)
     ctx.log.warning("upstream_error", request_id=ctx.request_id,  # type: ignore[attr-defined]
-                    upstream=state.name, kind=e.kind, error=e.message)
+                    upstream=state.name, kind=e.kind, error=message)
     status = 504 if e.kind == "timeout" else 502
     code = "GATEWAY_TIMEOUT" if status == 504 else "BAD_GATEWAY"
-    return Retry(ChatError(status, f"upstream {state.name}: {e.message}", code=code))
+    return Retry(ChatError(status, f"upstream {state.name}: {message}", code=code))
 
 
 async def _upstream_status(ctx: AttemptContext, call: UpstreamCall, state: UpstreamState,
@@ -196,8 +197,10 @@ async def _upstream_status(ctx: AttemptContext, call: UpstreamCall, state: Upstr
         parsed = dialect.parse_error(parse_body(raw)) if raw else None
     except ParseError:
         parsed = None  # an HTML error page: its text is not for the client
-    if parsed is not None:
-        err = ChatError(status, parsed.message, parsed.code, parsed.type, parsed.param)
+    if parsed is not None:  # the upstream's words: they may quote what it was sent
+        scrub = state.config.scrubber
+        err = ChatError(status, scrub(parsed.message), scrub.optional(parsed.code),
+                        scrub.optional(parsed.type), scrub.optional(parsed.param))
     log.attempts.append(Attempt(state.name, "status", time.perf_counter() - call.started,
                                 status))
     if status == 429 or status >= 500:

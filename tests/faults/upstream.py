@@ -46,6 +46,10 @@ __all__ = [
     "ERROR_MESSAGE",
     "FAULTS",
     "HOLD_SECONDS",
+    "LEAK_KEY",
+    "LEAK_PASSWORD",
+    "LEAK_TOKEN",
+    "LEAK_USER",
     "LONG_REPEATS",
     "PIECES",
     "SECRET_IN_PAGE",
@@ -73,6 +77,13 @@ HOLD_SECONDS = 5.0
 """How long the keep-alive faults hold before they answer: longer than any timeout the fault
 tests configure for them, so that a gateway that lets keep-alives hold a stream is seen."""
 LONG_REPEATS = 20
+LEAK_KEY = "sk-gw-0123456789abcdef"
+"""A key the gateway's config sends in a header (from ``${VAR}``)."""
+LEAK_USER = "gwuser"
+LEAK_PASSWORD = "pw-9f8e7d6c5b"
+"""The password of the URL's ``user:password@``."""
+LEAK_TOKEN = "qs-token-5a4b3c2d"
+"""A token in the URL's query string."""
 _MID_PAUSE = 0.05
 """After the first frames of a mid-stream fault: time for the gateway to forward them, so the
 client surely got bytes before the fault."""
@@ -112,11 +123,16 @@ FAULTS = {
     "heartbeats": f"the first frames, then keep-alives (SSE comments, or blank lines) every "
                   f"{HEARTBEAT_SECONDS} s for {HOLD_SECONDS} s, then the rest of the answer",
     "long": f"an answer of {LONG_REPEATS} x the text, one frame every {HEARTBEAT_SECONDS} s",
+    "leak401": "401 with the dialect's error body quoting the credentials and address it got",
+    "leak500": "500 with the dialect's error body quoting the credentials and address it got",
+    "leakchunk": "the dialect's error chunk after some text, quoting the credentials and address "
+                 "it got",
 }
 DEEP = b"[" * 300 + b"]" * 300
 
 _REQ = ChatRequest(messages=[Message("user", "hi")])
-_STATUS_TEXT = {200: "OK", 429: "Too Many Requests", 500: "Internal Server Error"}
+_STATUS_TEXT = {200: "OK", 401: "Unauthorized", 429: "Too Many Requests",
+                500: "Internal Server Error"}
 
 
 def stream_frames(dialect: Dialect, events: list[StreamEvent]) -> list[bytes]:
@@ -615,4 +631,40 @@ class FaultUpstream:
             else:
                 await conn.send(_LAST_CHUNK)
         await conn.wait_hangup(5.0)
+        return False
+
+    # --- upstreams that quote what they were sent -------------------------------------------
+
+    def leak_url(self, dialect: str, fault: str, stream_path: str | None = None) -> str:
+        """The fault's URL with :data:`LEAK_USER`/:data:`LEAK_PASSWORD` as userinfo and
+        :data:`LEAK_TOKEN` in its query (``stream_path`` appended before the query)."""
+        assert fault in FAULTS, fault
+        return (f"http://{LEAK_USER}:{LEAK_PASSWORD}@127.0.0.1:{self.port}/{dialect}/{fault}/chat"
+                f"{stream_path or ''}?token={LEAK_TOKEN}")
+
+    def _leak_message(self) -> str:
+        """What a careless upstream (or the proxy in front of it) says: every credential and
+        address of the request it got, as it got them, and as configured."""
+        seen = self.requests[-1]
+        got = {k: v for k, v in seen.headers if k.lower() in ("x-api-key", "authorization")}
+        return (f"invalid api key {LEAK_KEY}; headers {got}; request "
+                f"http://{seen.header('Host')}{seen.target} "
+                f"(http://{LEAK_USER}:{LEAK_PASSWORD}@127.0.0.1:{self.port}/?token={LEAK_TOKEN})"
+                f" password={LEAK_PASSWORD} token={LEAK_TOKEN} upstream 127.0.0.1:{self.port} "
+                f"backend 10.1.2.3:8080")
+
+    async def _leak_status(self, conn: _Conn, dialect: Dialect, status: int) -> bool:
+        body = orjson.dumps(dialect.render_error(ChatError(status, self._leak_message())))
+        await conn.send(_head(status, "application/json", length=len(body)) + body)
+        return False
+
+    async def _leak401(self, conn: _Conn, dialect: Dialect, stream: bool) -> bool:
+        return await self._leak_status(conn, dialect, 401)
+
+    async def _leak500(self, conn: _Conn, dialect: Dialect, stream: bool) -> bool:
+        return await self._leak_status(conn, dialect, 500)
+
+    async def _leakchunk(self, conn: _Conn, dialect: Dialect, stream: bool) -> bool:
+        error = await self._start_stream(conn, dialect, [StreamError(self._leak_message())])
+        await conn.send(b"".join(map(_chunk, error)) + _LAST_CHUNK)
         return False
