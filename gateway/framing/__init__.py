@@ -125,10 +125,13 @@ def reader_for(framing: Framing, max_size: int = DEFAULT_MAX_LINE, *,
 class SniffingReader:
     """Buffers until the first non-blank byte tells the framing, then delegates."""
 
-    __slots__ = ("_head", "_max", "_named", "_reader", "framing", "whole")
+    __slots__ = ("_head", "_held", "_max", "_named", "_reader", "framing", "whole")
 
     def __init__(self, max_size: int = DEFAULT_MAX_LINE, *, named: bool = False) -> None:
-        self._head = b""
+        self._head: list[bytes] = []
+        """The blank reads so far (kept as they came: joined once, when the framing is
+        known)."""
+        self._held = 0
         self._max = max_size
         self._named = named
         self._reader: PayloadReader | None = None
@@ -144,15 +147,19 @@ class SniffingReader:
         fresh = not self._head and not data.startswith(b"\xef\xbb\xbf")
         self.whole = False
         if self._reader is None:
-            self._head += data
-            framing = detect_framing(self._head)
+            # All that came before was blank, so the new read alone tells the framing.
+            framing = detect_framing(data)
             if framing is None:
-                if len(self._head) > self._max:  # only blanks, but they are held in memory
+                self._head.append(data)
+                self._held += len(data)
+                if self._held > self._max:  # only blanks, but they are held in memory
                     raise FramingError(f"more than {self._max} blank bytes before any payload")
                 return []
             self.framing = framing
             self._reader = reader_for(framing, self._max, named=self._named)
-            data, self._head = self._head, b""
+            if self._head:
+                data = b"".join([*self._head, data])
+                self._head = []
             if framing == "jsonlines":  # JSON has no BOM; the SSE reader drops its own
                 data = data.removeprefix(b"\xef\xbb\xbf")
         out = self._reader.feed(data)
