@@ -257,7 +257,7 @@ class StreamDecoding:
     :class:`StreamError` (:attr:`broken`: the gateway found it, not the upstream), after which
     nothing more is decoded."""
 
-    __slots__ = ("_decoder", "_reader", "_scrub", "broken", "ended", "events")
+    __slots__ = ("_decoder", "_reader", "_scrub", "broken", "ended", "events", "scrubbed")
 
     def __init__(self, upstream: Dialect, max_size: int = DEFAULT_MAX_LINE,
                  scrub: Scrub | None = None) -> None:
@@ -272,6 +272,9 @@ class StreamDecoding:
         self.events = 0
         """Payloads (SSE events with data, JSON lines) read from the upstream: its progress.
         Keep-alive comments, blank lines and bytes that do not complete a payload are none."""
+        self.scrubbed = False
+        """The upstream's error event held something to hide: it must not be passed on as it
+        came."""
 
     @property
     def whole(self) -> bool:
@@ -301,9 +304,12 @@ class StreamDecoding:
             last = events[-1]
             if isinstance(last, StreamError) and self._scrub is not None:
                 scrub = self._scrub
-                events = [*events[:-1], replace(
-                    last, message=scrub(last.message),
-                    code=None if last.code is None else scrub(last.code))]
+                clean = replace(last, message=scrub(last.message),
+                                code=None if last.code is None else scrub(last.code))
+                # (the payload's other fields too: its repr holds each string it carries)
+                if clean != last or scrub(text := repr(payload)) != text:
+                    self.scrubbed = True
+                    events = [*events[:-1], clean]
         return events
 
     def feed(self, data: bytes) -> list[StreamEvent]:
@@ -500,10 +506,9 @@ class StreamTranslator:
             self._same = False
             self._identity = self._req.session_state is None or any(
                 isinstance(e, StreamStart) and e.session_state is not None for e in events)
-        # The upstream's own error is never passed on as it came: re-encoded, it carries only
-        # its (scrubbed) message and code.
-        if self._identity and not self._in.broken and not (
-                events and isinstance(events[-1], StreamError)):
+        # An upstream error that held a secret is not passed on as it came: re-encoded, it
+        # carries only its scrubbed message and code.
+        if self._identity and not self._in.broken and not self._in.scrubbed:
             self._pass_through(events)
             if self._follow is not None:
                 self._follow(payload)

@@ -429,6 +429,8 @@ def _leak_cases() -> Iterator[tuple[str, str, str, bool]]:
         for mi, stream in enumerate((False, True)):
             for ci, client in enumerate(clients):
                 yield fault, clients[(ci + fi + mi + 1) % len(clients)], client, stream
+                if fault == "leakchunk" and stream:  # a same-dialect route passes frames on
+                    yield fault, client, client, stream
 
 
 LEAK_CASES = list(_leak_cases())
