@@ -331,7 +331,8 @@ async def test_a_client_that_leaves_mid_stream_is_recorded_once_as_disconnected(
         await asyncio.sleep(0.01)
     release.set()
     (o,) = recorder.outcomes
-    assert o.disconnected and o.status == 200 and o.chunks >= 1
+    assert o.disconnected and o.status == 499 and o.chunks >= 1
+    assert [a.outcome for a in o.attempts] == ["cancelled"]
     for _ in range(200):
         if transport.in_use() == 0:
             break
