@@ -422,8 +422,8 @@ async def test_upstream_timeout_is_504(aiohttp_client: Any, fakes: Fakes, client
     loop = asyncio.get_running_loop()
     t0 = loop.time()
     resp = await ask(gw, client, stream=stream)
-    assert resp.status == 504
-    assert loop.time() - t0 < 2.5
+    assert resp.status == 504  # the timeout fired (the upstream answers after 3 s)
+    assert loop.time() - t0 < 4 * 0.5 + 2
     assert error_message(client, await resp.json())
     await asyncio.wait_for(fake.gone.wait(), 5)  # the gateway hung up on the slow upstream
 
@@ -691,13 +691,10 @@ async def test_upstream_silent_mid_stream_hits_idle_timeout(aiohttp_client: Any,
     fake = await fakes.start(other(client), Script(hold_after_first=never))
     gw = await gateway(aiohttp_client, one_route(client, upstream_config(
         fake, timeout=5, idle_timeout=0.5)))
-    loop = asyncio.get_running_loop()
-    t0 = loop.time()
     resp = await ask(gw, client, stream=True)
     assert resp.status == 200
-    async with asyncio.timeout(4):
+    async with asyncio.timeout(4 * 0.5 + 2):  # idle_timeout with room, below timeout (5 s)
         data = await resp.read()
-    assert loop.time() - t0 < 3
     seen = reader_for(client).read_stream(data)
     assert_failed_stream(seen, client)
     assert fake.said(True).startswith(seen.text) and seen.text

@@ -192,7 +192,7 @@ def assert_no_clean_finish(client: Dialect, ans: Answer) -> None:
     assert any(isinstance(e, StreamError) for e in last), frames[-1]
 
 
-async def wait_until(ready: Callable[[], bool], limit: float = 2.0) -> bool:
+async def wait_until(ready: Callable[[], bool], limit: float = 10.0) -> bool:
     deadline = time.monotonic() + limit
     while not ready():
         if time.monotonic() > deadline:
@@ -222,7 +222,7 @@ def handler_tasks() -> list[asyncio.Task[Any]]:
             and any(c in _HANDLER_CODES for c in _await_chain(t))]
 
 
-async def settle(app: web.Application, limit: float = 2.0) -> None:
+async def settle(app: web.Application, limit: float = 10.0) -> None:
     """After an exchange: no task still serves it and no upstream connection is held."""
     session = app[TRANSPORT]
     assert await wait_until(lambda: not handler_tasks(), limit), handler_tasks()
