@@ -108,14 +108,16 @@ def dialect(request: pytest.FixtureRequest) -> str:
 
 async def _gateway(aiohttp_client: Any, dialect: str, logs: io.StringIO, up: FaultUpstream,
                    cancellation: bool = True, max_body: int = MAX_BODY,
-                   upstream_client: str | None = None) -> Gateway:
+                   upstream_client: str | None = None,
+                   timeouts: dict[str, float] | None = None) -> Gateway:
     cfg = routes_config(up, dialect, {
         "/chat": (dialect, "ok"),
         "/never": (dialect, "never"),
         "/slow": (dialect, "slow"),
         "/drip": (dialect, "drip"),
         "/flood": (_flooding(), "flood"),
-    }, extra={"server": {"max_body_bytes": max_body}}, upstream_client=upstream_client)
+    }, extra={"server": {"max_body_bytes": max_body}}, upstream_client=upstream_client,
+        timeouts=timeouts)
     app = create_app(cfg)
     client = await aiohttp_client(app, server_kwargs={"handler_cancellation": cancellation})
     return Gateway(app, client, up, dialect, logs)
@@ -200,7 +202,10 @@ async def test_ten_thousand_messages_are_answered(aiohttp_client: Any, dialect: 
     limit = 4 * 1024 * 1024
     assert len(orjson.dumps(body)) < limit
     async with FaultUpstream() as up:
-        gw = await _gateway(aiohttp_client, dialect, logs, up, max_body=limit)
+        # the upstream reads 10,000 messages too: time for that on a busy machine (the test's
+        # 1 s timeout is for the faults)
+        gw = await _gateway(aiohttp_client, dialect, logs, up, max_body=limit,
+                            timeouts={"timeout": ROOM})
         t0 = time.perf_counter()
         status, _, raw = await gw.post(body)
         assert status == 200, raw[:300]

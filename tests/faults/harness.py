@@ -85,7 +85,8 @@ def gateway_config(url: str, upstream: str, client: str, *, streaming: str = "au
 
 def routes_config(up: Any, client: str, routes: dict[str, tuple[str, str]], *,
                   extra: dict[str, Any] | None = None,
-                  upstream_client: str | None = None) -> GatewayConfig:
+                  upstream_client: str | None = None,
+                  timeouts: dict[str, float] | None = None) -> GatewayConfig:
     """One route per ``path: (upstream dialect, fault)``, all in ``client``'s dialect, each to its
     own upstream on the fault server ``up``."""
     upstreams: dict[str, Any] = {}
@@ -93,7 +94,7 @@ def routes_config(up: Any, client: str, routes: dict[str, tuple[str, str]], *,
     for i, (path, (dialect, fault)) in enumerate(routes.items()):
         name = f"up{i}-{fault}"
         upstreams[name] = {"dialect": dialect, "url": up.url(dialect, fault),
-                           "max_line_bytes": MAX_LINE, **TIMEOUTS}
+                           "max_line_bytes": MAX_LINE, **TIMEOUTS, **(timeouts or {})}
         route_list.append({"path": path, "dialect": client, "upstream": name})
     data: dict[str, Any] = {"upstreams": upstreams, "routes": route_list,
                             "health": {"failure_threshold": 1000}, **(extra or {})}
