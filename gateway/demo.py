@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from aiohttp import web
+from aiohttp import ClientConnectionResetError, web
 
 from gateway.canonical import (
     AssistantMessage,
@@ -143,16 +143,19 @@ def demo_backend_app(dialect_name: str) -> web.Application:
             return web.json_response(body=orjson.dumps(dialect.render_response(whole, req)))
         resp = web.StreamResponse(headers={"Content-Type": dialect.stream_content_type,
                                            "Cache-Control": "no-cache"})
-        await resp.prepare(request)
         encoder, frame = dialect.encoder(req), encoder_for(dialect.framing)
         try:
+            await resp.prepare(request)
             for event in _paced(events_from_response(whole)):
                 for payload in encoder.encode(event):
                     await resp.write(frame(payload))
                 await asyncio.sleep(_TOKEN_DELAY)
             await resp.write_eof()
-        except ConnectionError:
-            pass  # the gateway (or a curl) went away mid-answer: nothing to tell anyone
+        except (ConnectionError, ClientConnectionResetError):
+            # The gateway (or a curl) went away: the gateway closes its upstream connection as
+            # soon as it has read a stream's end (its [DONE], its completed event), before this
+            # backend's last write. Normal: nothing to tell anyone.
+            pass
         return resp
 
     async def whole(request: web.Request) -> web.StreamResponse:

@@ -132,7 +132,8 @@ class Metrics:
             ["upstream", "kind"], registry=r))
         self.attempts = Family(Counter(
             "gateway_upstream_attempts_total",
-            "Upstream attempts by outcome (ok, connect, timeout, status, malformed, rejected).",
+            "Upstream attempts by outcome (ok, connect, timeout, status, malformed, rejected, "
+            "cancelled).",
             ["upstream", "outcome"], registry=r))
         self.upstream_healthy = Family(Gauge(
             "gateway_upstream_healthy", "1 while the upstream takes traffic, 0 while ejected.",

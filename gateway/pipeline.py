@@ -381,10 +381,9 @@ class StreamTranslator:
     off as a clean finish.
     """
 
-    __slots__ = ("_encoder", "_follow", "_frame", "_gate", "_identity", "_in", "_replay", "_req",
-                 "_same",
-                 "_started", "chunks", "content_started", "done", "error", "finish_reason",
-                 "model", "text_chars", "usage")
+    __slots__ = ("_cumulative", "_encoder", "_follow", "_frame", "_gate", "_identity", "_in",
+                 "_replay", "_req", "_same", "_started", "chunks", "content_started", "done",
+                 "error", "finish_reason", "model", "text_chars", "usage")
 
     def __init__(
         self, upstream: Dialect, client: Dialect, req: ChatRequest, *,
@@ -399,6 +398,7 @@ class StreamTranslator:
         # the first payload) its session state echoed because the upstream sends none.
         self._same = upstream is client and "session_key" not in req.hints
         self._identity = False
+        self._cumulative = client.cumulative_stream
         self._replay: list[StreamEvent] = []
         """Identity mode: what the client was shown, for an error event that keeps it."""
         self._follow: Callable[[Any], None] | None = getattr(self._encoder, "follow", None)
@@ -509,6 +509,12 @@ class StreamTranslator:
         # An upstream error that held a secret is not passed on as it came: re-encoded, it
         # carries only its scrubbed message and code.
         if self._identity and not self._in.broken and not self._in.scrubbed:
+            if self._cumulative and any(isinstance(e, StreamError) for e in events):
+                # A cumulative reader shows each event in place of the last: the upstream's own
+                # error event may carry a new id and no content (as its error body does), which
+                # would wipe the text shown. The client's encoder writes it instead, under the
+                # message's id with the content shown so far.
+                return self._events(events)
             self._pass_through(events)
             if self._follow is not None:
                 self._follow(payload)

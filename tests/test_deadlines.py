@@ -10,7 +10,7 @@ from collections.abc import Callable
 from gateway.upstream.deadlines import TICK, Deadlines, deadlines
 
 
-async def _until(ready: Callable[[], bool], limit: float = 2.0) -> None:
+async def _until(ready: Callable[[], bool], limit: float = 10.0) -> None:
     loop = asyncio.get_running_loop()
     end = loop.time() + limit
     while loop.time() < end:

@@ -470,8 +470,8 @@ async def test_a_client_gone_at_any_await_of_a_stream_is_never_a_500(
         mode: str) -> None:
     """For n = 1, 2, …: the client goes away at the n-th awaited call of a stream's answer,
     until n passes them all and the stream ends normally. Never a 500, nothing logged as
-    internal_error or as an aiohttp error; a cut before the status line went out (the stream's
-    start) is counted 499, a later one 200 (what the client saw) with the disconnect counted."""
+    internal_error or as an aiohttp error; a cut is counted 499 with the disconnect counted (a
+    later one too: the client did not get its whole answer)."""
     dialect = names()[0]
     n = starts = 0
     while True:
@@ -484,7 +484,7 @@ async def test_a_client_gone_at_any_await_of_a_stream_is_never_a_500(
                 reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
                 writer.write(head + body)
                 await writer.drain()
-                _, got = await _closed_within(reader, 3.0)
+                _, got = await _closed_within(reader, 10.0)  # polls: room for a busy machine
                 writer.close()
                 metrics = gw.app[METRICS].registry
 
@@ -493,7 +493,7 @@ async def test_a_client_gone_at_any_await_of_a_stream_is_never_a_500(
                         "route": "/chat", "client_dialect": d, "upstream": "up",
                         "upstream_dialect": d, "status": status}) or 0.0
 
-                assert await _until(lambda: counted("499") + counted("200") == 1, 3.0), \
+                assert await _until(lambda: counted("499") + counted("200") == 1, 10.0), \
                     (n, got[:300])
                 assert counted("500") == 0
                 if not cut.fired:  # past the last await: the stream started and finished

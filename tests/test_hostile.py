@@ -20,6 +20,7 @@ import structlog
 from aiohttp import web
 from fakes import reader_for
 from faults.harness import (
+    TIMEOUTS,
     UPSTREAM_CLIENTS,
     client_request,
     routes_config,
@@ -48,6 +49,16 @@ def logs() -> Iterator[io.StringIO]:
     configure_logging(stream=buf)
     yield buf
     structlog.configure(**saved)
+
+
+ROOM = 4 * TIMEOUTS["timeout"] + 2.0
+"""Bound on what the configured timeouts end (or what ends before them), with room for a busy
+machine: which way an exchange ended, its status and access line tell."""
+
+
+def _access_lines(logs: io.StringIO) -> list[dict[str, Any]]:
+    return [e for e in map(orjson.loads, logs.getvalue().splitlines())
+            if e.get("event") == "access"]
 
 
 class Gateway:
@@ -97,14 +108,16 @@ def dialect(request: pytest.FixtureRequest) -> str:
 
 async def _gateway(aiohttp_client: Any, dialect: str, logs: io.StringIO, up: FaultUpstream,
                    cancellation: bool = True, max_body: int = MAX_BODY,
-                   upstream_client: str | None = None) -> Gateway:
+                   upstream_client: str | None = None,
+                   timeouts: dict[str, float] | None = None) -> Gateway:
     cfg = routes_config(up, dialect, {
         "/chat": (dialect, "ok"),
         "/never": (dialect, "never"),
         "/slow": (dialect, "slow"),
         "/drip": (dialect, "drip"),
         "/flood": (_flooding(), "flood"),
-    }, extra={"server": {"max_body_bytes": max_body}}, upstream_client=upstream_client)
+    }, extra={"server": {"max_body_bytes": max_body}}, upstream_client=upstream_client,
+        timeouts=timeouts)
     app = create_app(cfg)
     client = await aiohttp_client(app, server_kwargs={"handler_cancellation": cancellation})
     return Gateway(app, client, up, dialect, logs)
@@ -189,11 +202,14 @@ async def test_ten_thousand_messages_are_answered(aiohttp_client: Any, dialect: 
     limit = 4 * 1024 * 1024
     assert len(orjson.dumps(body)) < limit
     async with FaultUpstream() as up:
-        gw = await _gateway(aiohttp_client, dialect, logs, up, max_body=limit)
+        # the upstream reads 10,000 messages too: time for that on a busy machine (the test's
+        # 1 s timeout is for the faults)
+        gw = await _gateway(aiohttp_client, dialect, logs, up, max_body=limit,
+                            timeouts={"timeout": ROOM})
         t0 = time.perf_counter()
         status, _, raw = await gw.post(body)
         assert status == 200, raw[:300]
-        assert time.perf_counter() - t0 < 2.0
+        assert time.perf_counter() - t0 < ROOM  # speed is the benches' to measure
         sent = reader_for(dialect).read_request(up.requests[-1].json)
         assert len(sent.messages) == 10_000
 
@@ -425,9 +441,14 @@ async def _goes_away(aiohttp_client: Any, dialect: str, logs: io.StringIO, point
         t0 = time.monotonic()
         # the exchange and its upstream connection go with the client: at once when handlers
         # are cancelled, else when the upstream's own timeout ends the exchange
-        await settle(gw.app, 3.0)
+        await settle(gw.app, ROOM)
         if cancellation and point in ("before-headers", "after-headers", "mid-stream"):
-            assert time.monotonic() - t0 < 0.3
-        assert await wait_until(lambda: up.open_connections == 0, 3.0)
+            # Ended because its client left, not by a timeout nor the drip running out: the
+            # access line says which (the elapsed time cannot, on a busy machine).
+            (line,) = [e for e in _access_lines(gw.logs) if e.get("route") == path]
+            assert (line["client_disconnected"], line["status"], line["error"]) == (
+                True, 499, None), line
+            assert time.monotonic() - t0 < ROOM
+        assert await wait_until(lambda: up.open_connections == 0, ROOM)
         gw.no_500()
         await gw.still_serves()

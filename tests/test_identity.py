@@ -181,6 +181,7 @@ class _NamedEvents:
     name = "named-fixture"
     named_events = True
     framing = "sse"
+    cumulative_stream = False
 
     @property
     def capabilities(self) -> Any:

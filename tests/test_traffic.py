@@ -70,6 +70,24 @@ def test_percentiles_are_nearest_rank(clock: Clock) -> None:
     assert percentiles([]) == [None, None, None]
 
 
+@pytest.mark.parametrize(("kept", "want"), [
+    ([1000], [1.0, 1.0, 1.0]),                      # one sample is every percentile
+    ([1000, 2000], [1.0, 2.0, 2.0]),                # the median of two is the lower one
+    ([1000, 2000, 3000, 4000], [2.0, 4.0, 4.0]),    # p50 of four is the second, not the third
+    ([4000, 3000, 2000, 1000], [2.0, 4.0, 4.0]),    # in any order
+])
+def test_percentiles_of_known_samples(kept: list[int], want: list[float]) -> None:
+    """Nearest rank over microsecond samples, in milliseconds: alone, split over two reservoirs
+    of equal weight, and over reservoirs of different weights that stand for as many requests."""
+    assert percentiles([(len(kept), kept)]) == want
+    half = len(kept) // 2
+    if half:
+        assert percentiles([(half, kept[:half]), (len(kept) - half, kept[half:])]) == want
+    # one reservoir kept half of what it saw: its samples weigh two each
+    assert percentiles([(1, [1000]), (2, [2000])], [0.5]) == [2.0]
+    assert percentiles([(2, [1000]), (1, [2000])], [0.5]) == [1.0]
+
+
 def test_streams_whole_answers_and_first_token_apart(clock: Clock) -> None:
     t = RecentTraffic()
     t.add("/chat", 0.050, 200)

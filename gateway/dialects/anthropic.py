@@ -62,6 +62,7 @@ from gateway.canonical import (
     agent_header,
 )
 from gateway.dialects.base import (
+    SSE_ACCEPT,
     Capabilities,
     SamplesFromPackage,
     error_text,
@@ -633,6 +634,8 @@ class AnthropicDialect(SamplesFromPackage):
     framing: Framing = "sse"
     named_events = True
     stream_content_type = "text/event-stream"
+    stream_accept = SSE_ACCEPT
+    cumulative_stream = False
     stream_path: str | None = None
     stream_by_accept = False
     default_path = "/v1/messages"

@@ -33,6 +33,8 @@ from gateway.framing import Framing, Payload
 
 __all__ = [
     "FIELDS",
+    "JSON_LINES_ACCEPT",
+    "SSE_ACCEPT",
     "Capabilities",
     "Dialect",
     "Samples",
@@ -56,6 +58,13 @@ __all__ = [
 ]
 
 SessionKind = Literal["none", "string", "json"]
+
+SSE_ACCEPT = "text/event-stream"
+"""The ``Accept`` of a streamed request to an SSE upstream: some backends choose the stream by
+this header alone (a Chat UI backend does, as the Chat UI app asks for its stream)."""
+JSON_LINES_ACCEPT = "application/json-lines, application/jsonl;q=0.9, */*;q=0.1"
+"""The ``Accept`` of a streamed request to a JSON-lines upstream: the two content types such
+backends send (the specs differ), then anything (the gateway sniffs the framing it reads)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +211,20 @@ class Dialect(Protocol):
 
     @property
     def stream_content_type(self) -> str: ...
+
+    @property
+    def stream_accept(self) -> str:
+        """The ``Accept`` header of a streamed request to an upstream of this dialect
+        (:data:`SSE_ACCEPT` or :data:`JSON_LINES_ACCEPT` as its framing says, unless its
+        backends want another)."""
+        ...
+
+    @property
+    def cumulative_stream(self) -> bool:
+        """Each stream event carries the whole message so far under one id, and its reader
+        shows each event in place of the last: an error event must then keep that id and that
+        content (an upstream's own error event is re-written so that it does)."""
+        ...
 
     @property
     def stream_path(self) -> str | None:

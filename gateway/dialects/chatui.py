@@ -50,6 +50,7 @@ from gateway.canonical import (
     context_with_citations,
 )
 from gateway.dialects.base import (
+    SSE_ACCEPT,
     Capabilities,
     SamplesFromPackage,
     error_code_for,
@@ -167,6 +168,8 @@ class ChatUIDialect(SamplesFromPackage):
     framing: Framing = "sse"
     named_events = False
     stream_content_type = "text/event-stream"
+    stream_accept = SSE_ACCEPT
+    cumulative_stream = True
     stream_path: str | None = None
     stream_by_accept = True
     default_path = "/api/chat"
@@ -375,7 +378,14 @@ class _Decoder:
             self._ended = True
             err = payload.get("error")
             code = err.get("code") if isinstance(err, dict) else None
-            return [StreamError(error_text(err), code if isinstance(code, str) else None)]
+            failed: list[StreamEvent] = []
+            content, mid = payload.get("content"), payload.get("messageId")
+            if (isinstance(content, str) and mid == self._id and self._id is not None
+                    and content.startswith(self._content) and len(content) > len(self._content)):
+                # the message's last text came with its failure: shown, then the error
+                failed.append(TextDelta(content[len(self._content):], self._agent, None))
+            failed.append(StreamError(error_text(err), code if isinstance(code, str) else None))
+            return failed
         events: list[StreamEvent] = []
         conv = payload.get("conversationId")
         state = conv if isinstance(conv, str) else None

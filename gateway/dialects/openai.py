@@ -51,6 +51,7 @@ from gateway.canonical import (
     now,
 )
 from gateway.dialects.base import (
+    SSE_ACCEPT,
     Capabilities,
     SamplesFromPackage,
     error_text,
@@ -108,6 +109,8 @@ class OpenAIDialect(SamplesFromPackage):
     framing: Framing = "sse"
     named_events = False
     stream_content_type = "text/event-stream"
+    stream_accept = SSE_ACCEPT
+    cumulative_stream = False
     stream_path: str | None = None
     stream_by_accept = False
     default_path = "/v1/chat/completions"

@@ -35,6 +35,7 @@ from gateway.canonical import (
     now,
 )
 from gateway.dialects.base import (
+    JSON_LINES_ACCEPT,
     Capabilities,
     SamplesFromPackage,
     error_text,
@@ -67,6 +68,8 @@ class Protocol20240128(SamplesFromPackage):
     framing: Framing = "jsonlines"
     named_events = False
     stream_content_type = "application/json-lines"
+    stream_accept = JSON_LINES_ACCEPT
+    cumulative_stream = False
     stream_path: str | None = None
     stream_by_accept = False
     default_path = "/legacy/chat"

@@ -33,6 +33,7 @@ from gateway.canonical import (
     agent_header,
 )
 from gateway.dialects.base import (
+    JSON_LINES_ACCEPT,
     Capabilities,
     SamplesFromPackage,
     error_text,
@@ -78,6 +79,8 @@ class Protocol20240529(SamplesFromPackage):
     framing: Framing = "jsonlines"
     named_events = False
     stream_content_type = "application/json-lines"
+    stream_accept = JSON_LINES_ACCEPT
+    cumulative_stream = False
     stream_path: str | None = "/stream"
     stream_by_accept = False
     default_path = "/chat"

@@ -98,7 +98,7 @@ def _outcome(entry: RouteEntry, request_id: str, started: float, answerer: Answe
     p = answerer.progress
     return Outcome(
         request_id=request_id, route=entry.config.path, client_dialect=entry.client.name,
-        status=p.status or (499 if disconnected else 500),
+        status=499 if disconnected else p.status or 500,
         duration=time.perf_counter() - started,
         upstream=attempts.upstream, upstream_dialect=attempts.upstream_dialect, stream=stream,
         ttft=None if p.first_content is None else p.first_content - started,

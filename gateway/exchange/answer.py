@@ -22,7 +22,7 @@ from gateway.canonical import ChatError, ChatRequest, ChatResponse, Usage
 from gateway.carry import Policy, Unsupported
 from gateway.dialects import Dialect
 from gateway.errors import ParseError, UpstreamError
-from gateway.exchange.attempts import Answered
+from gateway.exchange.attempts import Answered, ClientGone
 from gateway.framing import encoder_for
 from gateway.pipeline import (
     StreamAssembler,
@@ -39,10 +39,6 @@ __all__ = ["Answerer", "ClientGone", "Progress", "error_response"]
 
 _JSON = "application/json"
 _TOO_DEEP = "the upstream answer is nested too deeply to pass on"
-
-
-class ClientGone(Exception):
-    """The client's connection broke while the gateway wrote to it."""
 
 
 @dataclass(slots=True)

@@ -28,7 +28,12 @@ from gateway.upstream import Transport, UpstreamCall, start_call
 if TYPE_CHECKING:
     from gateway.tracing import RequestTrace
 
-__all__ = ["Answered", "AttemptLog", "Final", "Retry", "UpstreamAnswer", "run_attempts"]
+__all__ = ["Answered", "AttemptLog", "ClientGone", "Final", "Retry", "UpstreamAnswer",
+           "run_attempts"]
+
+
+class ClientGone(Exception):
+    """The client's connection broke while the gateway wrote to it."""
 
 
 class Answered(NamedTuple):
@@ -158,8 +163,13 @@ async def _call(ctx: AttemptContext, req: ChatRequest, state: UpstreamState, dia
         answered = await ctx.answer(req, call, dialect, up_stream)
     except UpstreamError as e:
         return _upstream_failed(ctx, state, e, log)
-    except asyncio.CancelledError:
+    except (asyncio.CancelledError, ClientGone):
+        # The client went away: no fault of the upstream's, but an attempt it was (counted,
+        # and in the access line), whatever it had answered so far.
         state.trial = False
+        if call is not None:
+            log.attempts.append(Attempt(state.name, "cancelled",
+                                        time.perf_counter() - call.started, call.status))
         raise
     finally:
         if call is not None:

@@ -23,9 +23,8 @@ _TRACE_CONTEXT = ("traceparent", "tracestate")
 def upstream_headers(request: web.Request, config: GatewayConfig, up: UpstreamConfig,
                      dialect: Dialect, stream: bool, request_id: str) -> dict[str, str]:
     headers = {"Content-Type": _JSON, "X-Request-ID": request_id}
-    if stream and dialect.framing == "sse":
-        # Some backends choose the stream by this header alone (a Chat UI backend does).
-        headers["Accept"] = "text/event-stream"
+    if stream:  # some backends choose the stream by this header alone (as the dialect says)
+        headers["Accept"] = dialect.stream_accept
     # The client's credentials go on only when the gateway does not check keys itself (then
     # they are the gateway's) and the upstream has none of its own.
     if not config.auth.api_keys and not up.has_own_credentials:

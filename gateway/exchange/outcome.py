@@ -31,7 +31,8 @@ class Attempt(NamedTuple):
 
     upstream: str
     outcome: str
-    """ok, connect, timeout, status, malformed, or rejected (no capacity)."""
+    """ok, connect, timeout, status, malformed, rejected (no capacity), or cancelled (the
+    client went away while the upstream answered: not the upstream's fault)."""
     seconds: float | None = None
     """Upstream request sent to its last byte read (attempts that got an answer)."""
     status: int | None = None
@@ -47,7 +48,8 @@ class Outcome(NamedTuple):
     """The route's path, or ``none`` for a path no route serves."""
     client_dialect: str
     status: int
-    """What the client saw (499 when it went away first)."""
+    """What the client saw; 499 when it went away before its answer ended (even after a 200
+    went out: the answer it got is not the whole one)."""
     duration: float
     upstream: str = NONE
     """The upstream of the last attempt."""
@@ -58,7 +60,8 @@ class Outcome(NamedTuple):
     upstream_wait: float = 0.0
     client_wait: float = 0.0
     chunks: int = 0
-    """Stream frames sent to the client, also when it went away before the end."""
+    """Stream frames sent to the client, also when it went away before the end (and counted in
+    ``gateway_stream_chunks_total`` then too)."""
     attempts: tuple[Attempt, ...] = ()
     dropped: tuple[str, ...] = ()
     usage: Usage | None = None

@@ -61,6 +61,7 @@ from gateway.canonical import (
     context_with_citations,
 )
 from gateway.dialects.base import (
+    SSE_ACCEPT,
     Capabilities,
     Samples,
     error_code_for,
@@ -168,6 +169,8 @@ class FixtureDialect:
     framing: Framing = "sse"
     named_events = True
     stream_content_type = "text/event-stream"
+    stream_accept = SSE_ACCEPT
+    cumulative_stream = False
     stream_path: str | None = None
     stream_by_accept = False
     default_path = "/fixture/chat"

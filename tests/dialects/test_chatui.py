@@ -183,3 +183,27 @@ def test_strict_reader_refuses_what_the_app_trips_on() -> None:
     assert shrunk != data
     with pytest.raises(AssertionError, match="extend"):
         reader.read_stream(shrunk)
+
+
+def test_a_failed_event_that_brings_the_last_text_shows_it_then_fails() -> None:
+    """A backend's ``failed`` event may carry the message's content so far, longer than the
+    last ``processing`` one: that text is read before the error, and a chatui client's failed
+    event keeps the message's id and all of its content."""
+    def ev(status: str, content: str, error: Any = None) -> bytes:
+        return b"data: " + orjson.dumps({"messageId": "m-1", "status": status,
+                                          "role": "assistant", "content": content,
+                                          "contentType": "text", "sources": [],
+                                          "error": error,
+                                          "createdAt": "2024-01-01T00:00:00.000Z"}) + b"\n\n"
+    body = ev("processing", "Hello") + ev("failed", "Hello wor", {"message": "boom"})
+    for client in DIALECTS.values():
+        req, _ = client_request(client, stream=True)
+        _, out = run_stream(ME, client, req, [body])
+        seen = strict(client).read_stream(out)
+        assert seen.error == "boom", (client.name, seen)
+        assert "Hello wor".startswith(seen.text), (client.name, seen)
+        if client is ME:
+            assert seen.text == "Hello wor"
+            last = events_of(out)[-1]
+            assert (last["messageId"], last["status"], last["content"]) == (
+                "m-1", "failed", "Hello wor")

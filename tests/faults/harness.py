@@ -85,7 +85,8 @@ def gateway_config(url: str, upstream: str, client: str, *, streaming: str = "au
 
 def routes_config(up: Any, client: str, routes: dict[str, tuple[str, str]], *,
                   extra: dict[str, Any] | None = None,
-                  upstream_client: str | None = None) -> GatewayConfig:
+                  upstream_client: str | None = None,
+                  timeouts: dict[str, float] | None = None) -> GatewayConfig:
     """One route per ``path: (upstream dialect, fault)``, all in ``client``'s dialect, each to its
     own upstream on the fault server ``up``."""
     upstreams: dict[str, Any] = {}
@@ -93,7 +94,7 @@ def routes_config(up: Any, client: str, routes: dict[str, tuple[str, str]], *,
     for i, (path, (dialect, fault)) in enumerate(routes.items()):
         name = f"up{i}-{fault}"
         upstreams[name] = {"dialect": dialect, "url": up.url(dialect, fault),
-                           "max_line_bytes": MAX_LINE, **TIMEOUTS}
+                           "max_line_bytes": MAX_LINE, **TIMEOUTS, **(timeouts or {})}
         route_list.append({"path": path, "dialect": client, "upstream": name})
     data: dict[str, Any] = {"upstreams": upstreams, "routes": route_list,
                             "health": {"failure_threshold": 1000}, **(extra or {})}
@@ -192,7 +193,7 @@ def assert_no_clean_finish(client: Dialect, ans: Answer) -> None:
     assert any(isinstance(e, StreamError) for e in last), frames[-1]
 
 
-async def wait_until(ready: Callable[[], bool], limit: float = 2.0) -> bool:
+async def wait_until(ready: Callable[[], bool], limit: float = 10.0) -> bool:
     deadline = time.monotonic() + limit
     while not ready():
         if time.monotonic() > deadline:
@@ -222,7 +223,7 @@ def handler_tasks() -> list[asyncio.Task[Any]]:
             and any(c in _HANDLER_CODES for c in _await_chain(t))]
 
 
-async def settle(app: web.Application, limit: float = 2.0) -> None:
+async def settle(app: web.Application, limit: float = 10.0) -> None:
     """After an exchange: no task still serves it and no upstream connection is held."""
     session = app[TRANSPORT]
     assert await wait_until(lambda: not handler_tasks(), limit), handler_tasks()
