@@ -138,7 +138,7 @@ class Fault:
 
 FAULTS = [
     Fault("refused", status(502, "refused"), status(502, "refused"),
-          bound=room(TIMEOUTS["connect_timeout"])),
+          bound=FAST),  # refused at once: no timeout about it
     # which timeout fired, the message says: ``timeout`` bounds the headers and a whole answer,
     # ``idle_timeout`` each silence of a stream
     Fault("never", status(504, "did not answer in time"), status(504, "did not answer in time"),
