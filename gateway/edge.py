@@ -14,6 +14,9 @@ file descriptor and a task for as long as it likes. :class:`EdgeProtocol` (aioht
 - ``server.max_connections``: past it a new connection gets ``503`` and is closed at once, before
   any of its bytes are read; the established ones go on.
 
+A request aiohttp's parser refuses (garbage, TLS on the HTTP port, a malformed header) gets
+aiohttp's ``400`` and one ``bad_http_request`` warning line (error, peer), never a traceback.
+
 The timer wakes once per ``min(header_timeout, body_timeout)`` while a request is served, and
 once at the deadline while a head is awaited: no work per byte beyond reading the clock.
 
@@ -162,14 +165,24 @@ class EdgeProtocol(RequestHandler):
             # The next request's head is due header_timeout from here (keep-alive).
             self._idle_since = self._loop.time()
 
-    def log_exception(self, *args: Any, **kw: Any) -> None:
-        exc = kw.get("exc_info")
-        if isinstance(exc, HttpProcessingError):
-            # A client's malformed HTTP is the client's fault: one line, no traceback.
-            get_logger().warning("bad_http_request", status=exc.code,
-                                 exc_type=type(exc).__name__, exc_message=exc.message)
-            return
-        super().log_exception(*args, **kw)
+    def handle_error(self, request: web.BaseRequest, status: int = 500,
+                     exc: BaseException | None = None,
+                     message: str | None = None) -> web.StreamResponse:
+        if status != 400 or not isinstance(exc, HttpProcessingError):
+            return super().handle_error(request, status, exc, message)
+        # What aiohttp's parser refused (its 400s, before any handler ran) is the client's fault:
+        # one warning line, no traceback. aiohttp logs a traceback at error level, or at debug
+        # level for a first request with a bad method (TLS or junk sent to an HTTP port).
+        get_logger().warning("bad_http_request", status=status, exc_type=type(exc).__name__,
+                             exc_message=exc.message, peer=request.remote)
+        if request.writer.output_size > 0:  # as aiohttp's: nothing more can be sent
+            raise ConnectionError("Response is sent already, cannot send another response "
+                                  "with the error message")
+        # aiohttp's answer to a parser error: the parser's message, as plain text.
+        response = web.Response(status=status, text=message or exc.message,
+                                content_type="text/plain")
+        response.force_close()
+        return response
 
     def _check(self) -> None:
         self._timer = None

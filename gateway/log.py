@@ -13,29 +13,103 @@ from typing import Any, TextIO
 
 import orjson
 import structlog
+from structlog.typing import EventDict, Processor
 
-__all__ = ["configure_logging", "get_logger", "redact_url"]
+__all__ = ["add_exc_fields", "configure_logging", "get_logger", "redact_url"]
 
 
 def _dumps(obj: Any, **_: Any) -> str:
     return orjson.dumps(obj, default=str).decode()
 
 
+def _exception_of(exc_info: Any) -> BaseException | None:
+    if isinstance(exc_info, BaseException):
+        return exc_info
+    if isinstance(exc_info, tuple):
+        return exc_info[1] if isinstance(exc_info[1], BaseException) else None
+    return sys.exc_info()[1] if exc_info else None
+
+
+def add_exc_fields(logger: Any, method_name: str, event_dict: EventDict) -> EventDict:
+    """``exc_type`` (the class's name) and ``exc_message`` (``str(exc)``) of the exception a line
+    carries in ``exc_info`` (``True``, an exception or a ``sys.exc_info()`` tuple); ``exc_info``
+    itself is left for the renderer's traceback."""
+    exc = _exception_of(event_dict.get("exc_info"))
+    if exc is not None:
+        event_dict.setdefault("exc_type", type(exc).__name__)
+        event_dict.setdefault("exc_message", str(exc))
+    return event_dict
+
+
+def _traceback_field(logger: Any, method_name: str, event_dict: EventDict) -> EventDict:
+    """structlog's :func:`~structlog.processors.format_exc_info` (``exc_info`` becomes the
+    formatted traceback, as ``traceback.format_exception`` writes it), under ``traceback``."""
+    event_dict = structlog.processors.format_exc_info(logger, method_name, event_dict)
+    if "exception" in event_dict:
+        event_dict["traceback"] = event_dict.pop("exception")
+    return event_dict
+
+
+_ACCESS_LOGGER_LEVEL = logging.WARNING
+"""aiohttp's access log repeats the gateway's own ``access`` line (which the exchange writes from
+the request's outcome): only its warnings are let through."""
+
+_handler: logging.Handler | None = None
+"""The root logger's handler this module installed (replaced on each configure)."""
+
+
 def configure_logging(fmt: str = "json", level: str = "info", stream: TextIO | None = None) -> None:
-    renderer: Any = (structlog.dev.ConsoleRenderer(colors=False) if fmt == "console"
-                     else structlog.processors.JSONRenderer(serializer=_dumps))
+    """structlog, and the standard library's root logger (aiohttp, asyncio and every other
+    library), writing one line per event to ``stream`` (stdout by default): JSON objects, or
+    the console renderer's lines when ``fmt`` is ``console``.
+
+    A line about an exception (``log.exception(...)``, ``exc_info=``, a library's
+    ``logger.exception``) carries ``exc_type``, ``exc_message`` and ``traceback`` (a string:
+    the formatted traceback without local variables, so no header or key held by a frame can
+    reach the log); the console format prints the traceback under the line instead."""
+    global _handler
+    out = stream or sys.stdout
+    threshold = logging.getLevelNamesMapping()[level.upper()]
+    timestamper = structlog.processors.TimeStamper(fmt="iso", utc=True)
+    renderer: Any
+    if fmt == "console":
+        renderer = structlog.dev.ConsoleRenderer(colors=False)
+        exceptions: list[Processor] = [add_exc_fields]  # the renderer prints exc_info itself
+    else:
+        renderer = structlog.processors.JSONRenderer(serializer=_dumps)
+        exceptions = [add_exc_fields, _traceback_field]
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            timestamper,
+            *exceptions,
             renderer,
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(
-            logging.getLevelNamesMapping()[level.upper()]),
-        logger_factory=structlog.PrintLoggerFactory(stream or sys.stdout),
+        wrapper_class=structlog.make_filtering_bound_logger(threshold),
+        # One write() per line (print() makes two), as the root handler below does: lines of
+        # structlog and of the standard library never interleave within a line.
+        logger_factory=structlog.WriteLoggerFactory(out),
         cache_logger_on_first_use=False,
     )
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[
+            structlog.stdlib.add_log_level,
+            structlog.stdlib.add_logger_name,
+            timestamper,
+            *exceptions,
+        ],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+    ))
+    root = logging.getLogger()
+    if _handler is not None:
+        root.removeHandler(_handler)
+    root.addHandler(handler)
+    root.setLevel(threshold)
+    _handler = handler
+    logging.getLogger("aiohttp.access").setLevel(max(threshold, _ACCESS_LOGGER_LEVEL))
+    logging.captureWarnings(True)  # warnings.warn(...) as lines of the py.warnings logger
 
 
 def get_logger(name: str = "gateway") -> Any:

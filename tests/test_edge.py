@@ -152,6 +152,8 @@ def test_the_aiohttp_internals_the_edge_reads_are_there() -> None:
     assert {"_waiter", "_current_request", "_force_close"} <= slots
     assert list(inspect.signature(RequestHandler.finish_response).parameters) == [
         "self", "request", "resp", "start_time"]
+    assert list(inspect.signature(RequestHandler.handle_error).parameters) == [
+        "self", "request", "status", "exc", "message"]
     server_init = inspect.getsource(web.Server.__init__)
     assert "self._loop" in server_init and "self._kwargs" in server_init
     assert issubclass(EdgeProtocol, RequestHandler)
@@ -364,6 +366,48 @@ async def test_a_body_that_keeps_coming_is_read_past_body_timeout() -> None:
         writer.close()
         assert status.split(b" ")[1] == b"200", status
         assert gw.closed("body_timeout") == 0
+
+
+# --- malformed HTTP ----------------------------------------------------------------------------
+
+GARBAGE = {
+    "request line": b"garbage garbage\r\n\r\n",
+    "TLS on the HTTP port": b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03garbage\r\n\r\n",
+    "header": b"GET /chat HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n",
+    "chunk size": b"POST /chat HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+}
+
+
+@pytest.mark.parametrize("level", ["info", "debug"])
+@pytest.mark.parametrize("listener", ["main", "admin"])
+async def test_malformed_http_is_one_json_warning_without_a_traceback(
+        logs: io.StringIO, listener: str, level: str) -> None:
+    """What aiohttp's parser refuses (before any handler runs) is the client's fault: a 400 and
+    one ``bad_http_request`` warning naming the error and the peer. aiohttp itself would log a
+    traceback (or, for a first request with a bad method, a traceback at debug level)."""
+    configure_logging(level=level, stream=logs)
+    async with running(names()[0]) as gw:
+        port = gw.port if listener == "main" else gw.admin_port
+        for what, data in GARBAGE.items():
+            before = len(logs.getvalue())
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(data)
+            closed, got = await _closed_within(reader, 5.0)
+            writer.close()
+            assert closed and got.startswith(b"HTTP/1.0 400 Bad Request\r\n"), (what, got)
+            text = logs.getvalue()[before:]
+            entries = [orjson.loads(line) for line in text.splitlines()]  # each line is JSON
+            warned = [e for e in entries if e["event"] == "bad_http_request"]
+            assert len(warned) == 1, (what, text)
+            entry = warned[0]
+            assert entry["level"] == "warning" and entry["status"] == 400, entry
+            assert entry["peer"] == "127.0.0.1", entry
+            assert entry["exc_type"] in {"BadHttpMessage", "BadHttpMethod", "BadStatusLine",
+                                         "LineTooLong", "InvalidHeader"}, entry
+            assert entry["exc_message"] and entry["exc_message"] in got.decode(), (entry, got)
+            assert not [e for e in entries if e["level"] in ("error", "critical")], text
+            assert "Traceback" not in text and "traceback" not in text, text
+    assert "Traceback" not in logs.getvalue()
 
 
 # --- max_connections ---------------------------------------------------------------------------

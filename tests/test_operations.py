@@ -196,6 +196,59 @@ async def test_two_workers_share_a_port_and_sum_metrics(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr.read().decode() if proc.stderr else ""
 
 
+@pytest.mark.timeout(90)
+async def test_every_worker_writes_json_lines_library_lines_included(tmp_path: Path) -> None:
+    """``serve --workers 2`` at debug level on asyncio's loop: stdout is JSON lines only, each
+    worker's standard-library lines among them (asyncio's "Using selector" as each worker's loop
+    starts), and junk sent to the port is one ``bad_http_request`` warning a connection; no
+    traceback anywhere."""
+    upstream = await _start_upstream()
+    port = _free_port()
+    assert upstream.port is not None
+    cfg = tmp_path / "gw.yaml"
+    config = _config(upstream.port, port)
+    config["logging"] = {"level": "debug", "format": "json"}
+    cfg.write_bytes(orjson.dumps(config))
+    env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway", "serve", "--config", str(cfg), "--workers", "2",
+        "--loop", "asyncio", env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None
+    out, junk = b"", 6
+    try:
+        async with asyncio.timeout(30):  # until both workers listen
+            while out.count(b'"event":"listening"') < 2:
+                line = await proc.stdout.readline()
+                assert line, out
+                out += line
+        for _ in range(junk):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"garbage garbage\r\n\r\n")
+            async with asyncio.timeout(10):
+                assert (await reader.read()).startswith(b"HTTP/1.0 400 ")
+            writer.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            async with asyncio.timeout(30):
+                rest, err = await proc.communicate()
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        await upstream.close()
+    out += rest
+    assert proc.returncode == 0, err.decode()
+    text = out.decode()
+    entries = [orjson.loads(line) for line in text.splitlines()]  # every line is JSON
+    selectors = [e for e in entries
+                 if e.get("logger") == "asyncio" and e["event"].startswith("Using selector")]
+    assert len(selectors) == 2, text
+    warned = [e for e in entries if e["event"] == "bad_http_request"]
+    assert len(warned) == junk and all(e["peer"] == "127.0.0.1" for e in warned), text
+    assert "Traceback" not in text and "Traceback" not in err.decode(), text + err.decode()
+
+
 async def _wait_ready(base: str, proc: subprocess.Popen[bytes]) -> None:
     deadline = time.monotonic() + 30
     async with aiohttp.ClientSession() as s:
