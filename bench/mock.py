@@ -2,7 +2,8 @@
 
 One process, one or more ports; every port serves every dialect on its own path (see
 ``wire.MOCK_PATHS``). Answers are rendered once at startup, so a request costs the HTTP handling,
-one ``orjson.loads`` of the request and the writes. A stream is written one frame per write (as a
+one ``orjson.loads`` of the request, the checks an upstream of that dialect makes
+(``wire.refusal``: a 400 otherwise) and the writes. A stream is written one frame per write (as a
 real model server flushes each token), with an optional sleep before each frame.
 
     python bench/mock.py --listen 9100 --listen 9101:10 --chunks 20
@@ -52,8 +53,11 @@ class Mock:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError:
             return web.Response(status=400, text="body is not JSON")
-        if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
-            return web.Response(status=400, text="no messages")
+        if not isinstance(body, dict):
+            return web.Response(status=400, text="body is not a JSON object")
+        refused = wire.refusal(dialect, body, request.headers)
+        if refused is not None:
+            return web.Response(status=400, text=refused)
         if not wire.wants_stream(dialect, stream, body, request.headers):
             return web.Response(body=self.whole[dialect],
                                 headers={"Content-Type": "application/json"})

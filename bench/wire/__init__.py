@@ -20,8 +20,8 @@ from typing import Any, Protocol, cast
 import orjson
 
 __all__ = ["ALIASES", "DIALECTS", "MOCK_PATHS", "STREAM_CONTENT_TYPE", "WORD", "MissingWire",
-           "WireDialect", "WireError", "answer_text", "default_pairs", "module_of", "request",
-           "short", "stream_frames", "stream_path", "stream_text", "upstream_extra",
+           "WireDialect", "WireError", "answer_text", "default_pairs", "module_of", "refusal",
+           "request", "short", "stream_frames", "stream_path", "stream_text", "upstream_extra",
            "wants_stream", "whole_body", "whole_text"]
 
 WORD = "tok "
@@ -45,6 +45,11 @@ def sse(obj: Any) -> bytes:
     return b"data: " + orjson.dumps(obj) + b"\n\n"
 
 
+def sse_named(name: str, obj: Any) -> bytes:
+    """One SSE event with an ``event:`` name (the dialects whose events are typed)."""
+    return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(obj) + b"\n\n"
+
+
 def line(obj: Any) -> bytes:
     return orjson.dumps(obj) + b"\n"
 
@@ -58,6 +63,28 @@ def sse_data(body: bytes) -> list[bytes]:
         parts = [d for d in data if d is not None]
         if parts:
             out.append(b"\n".join(parts))
+    return out
+
+
+def sse_events(body: bytes) -> list[tuple[str | None, bytes]]:
+    """The ``(event name or None, data)`` of each event of an SSE body; comment lines and
+    blocks without data are skipped (https://html.spec.whatwg.org/#event-stream-interpretation:
+    one space after the colon is removed, the last ``event:`` wins)."""
+    out: list[tuple[str | None, bytes]] = []
+    for block in body.replace(b"\r\n", b"\n").split(b"\n\n"):
+        name: str | None = None
+        parts: list[bytes] = []
+        for ln in block.split(b"\n"):
+            field, colon, value = ln.partition(b":")
+            if not colon or not field:
+                continue
+            value = value[1:] if value.startswith(b" ") else value
+            if field == b"data":
+                parts.append(value)
+            elif field == b"event":
+                name = value.decode()
+        if parts:
+            out.append((name, b"\n".join(parts)))
     return out
 
 
@@ -87,6 +114,9 @@ class WireDialect(Protocol):
     default client: the translating path most likely to leak)."""
 
     def request(self, stream: bool) -> tuple[dict[str, Any], dict[str, str]]: ...
+    def refusal(self, body: dict[str, Any], headers: Any) -> str | None:
+        """Why an upstream of this dialect would refuse this request (the mock answers 400
+        with it), or None."""
     def wants_stream(self, body: dict[str, Any], headers: Any) -> bool: ...
     def whole_body(self, chunks: int) -> dict[str, Any]: ...
     def stream_frames(self, chunks: int) -> list[bytes]: ...
@@ -168,6 +198,11 @@ def request(dialect: str, stream: bool) -> tuple[bytes, dict[str, str]]:
     """A client request body and its headers."""
     body, headers = _BY_SHORT[dialect].request(stream)
     return orjson.dumps(body), {"Content-Type": "application/json", **headers}
+
+
+def refusal(dialect: str, body: dict[str, Any], headers: Any) -> str | None:
+    """Why an upstream of ``dialect`` would refuse this request, or None to answer it."""
+    return _BY_SHORT[dialect].refusal(body, headers)
 
 
 def wants_stream(dialect: str, path_stream: bool | None, body: dict[str, Any],

@@ -24,6 +24,10 @@ def request(stream: bool) -> tuple[dict[str, Any], dict[str, str]]:
                                                    if stream else {})
 
 
+def refusal(body: dict[str, Any], headers: Any) -> str | None:
+    return None if isinstance(body.get("messages"), list) else "no messages"
+
+
 def wants_stream(body: dict[str, Any], headers: Any) -> bool:
     return body.get("stream") is True or "text/event-stream" in headers.get("Accept", "")
 
