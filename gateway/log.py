@@ -87,8 +87,8 @@ def configure_logging(fmt: str = "json", level: str = "info", stream: TextIO | N
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(threshold),
-        # One write() per line (print() makes two), as the root handler below does: lines of
-        # structlog and of the standard library never interleave within a line.
+        # One write() per line (print() makes two), as the root handler below does: a line from
+        # another thread cannot land between a line and its newline.
         logger_factory=structlog.WriteLoggerFactory(out),
         cache_logger_on_first_use=False,
     )
