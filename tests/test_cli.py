@@ -446,6 +446,10 @@ def test_demo_config_needs_no_file(tmp_path: Path) -> None:
     config = parse_config(yaml.safe_load(result.stdout), env={})
     assert tuple(r.dialect for r in config.routes) == known_to_a_new_process()
     assert all(r.path == get(r.dialect).default_path for r in config.routes)
+    # and config/demo.yaml, kept for those who serve or read the demo's config as a file, is
+    # that very output (regenerate it with `chat-gateway demo --print-config` when it differs)
+    shipped = (Path(__file__).resolve().parent.parent / "config" / "demo.yaml").read_text()
+    assert yaml.safe_load(shipped) == yaml.safe_load(result.stdout)
 
 
 def _parse_curl(command: str) -> tuple[str, dict[str, str], bytes]:
