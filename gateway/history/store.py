@@ -27,6 +27,7 @@ Errors::
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -135,7 +136,7 @@ class HistoryStore:
             self._sync = create_engine(self.url.url, connect_args={
                 "timeout": config.timeout,  # the busy timeout, between processes
                 "check_same_thread": False}, **pool)
-            event.listen(self._sync, "connect", _sqlite_connect)
+            event.listen(self._sync, "connect", _sqlite_connect(config.timeout))
             event.listen(self._sync, "begin", _sqlite_begin)
             self._threads = ThreadPoolExecutor(config.pool_size,
                                                thread_name_prefix="history-sqlite")
@@ -407,14 +408,33 @@ def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
         yield items[i:i + size]
 
 
-def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
-    # Transactions are begun by _sqlite_begin, not by the driver, so that a write transaction
-    # can begin IMMEDIATE (and DDL runs inside the migration's transaction).
-    dbapi_connection.isolation_level = None
-    cursor = dbapi_connection.cursor()
-    for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "foreign_keys=ON"):
-        cursor.execute(f"PRAGMA {pragma}")
-    cursor.close()
+def _sqlite_connect(timeout: float) -> Callable[[Any, Any], None]:
+    def connect(dbapi_connection: Any, _record: Any) -> None:
+        # Transactions are begun by _sqlite_begin, not by the driver, so that a write
+        # transaction can begin IMMEDIATE (and DDL runs inside the migration's transaction).
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        _enter_wal(cursor, timeout)
+        for pragma in ("synchronous=NORMAL", "foreign_keys=ON"):
+            cursor.execute(f"PRAGMA {pragma}")
+        cursor.close()
+    return connect
+
+
+def _enter_wal(cursor: Any, timeout: float) -> None:
+    # Entering WAL takes an exclusive lock, and SQLite answers "database is locked" at once,
+    # without its busy handler, when another process holds any lock meanwhile: processes
+    # starting at once on a new database meet it (one in about eight, four at once). So the
+    # busy wait is done here, within the same timeout as the busy handler's.
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.005)
 
 
 def _sqlite_begin(conn: Any) -> None:
