@@ -16,7 +16,7 @@ from gateway import handlers, status
 from gateway.admin import add_admin_routes
 from gateway.balancer import Balancer, UpstreamState
 from gateway.config import GatewayConfig, load_config
-from gateway.edge import BodyTimeout
+from gateway.edge import BadBody, BodyTimeout
 from gateway.errors import ConfigError, UpstreamError
 from gateway.exchange import Env
 from gateway.keys import (
@@ -207,6 +207,10 @@ async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
     except BodyTimeout:  # a handler that reads a body (history): the edge closes after this
         response = handlers.json_error(408, "the request body did not arrive in time",
                                        "REQUEST_TIMEOUT")
+        response.force_close()
+        return response
+    except BadBody as e:  # a handler that reads a body (history): its framing broke mid-body
+        response = handlers.json_error(400, f"the request body is malformed: {e}", "BAD_REQUEST")
         response.force_close()
         return response
     except Exception:

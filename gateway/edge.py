@@ -16,6 +16,10 @@ file descriptor and a task for as long as it likes. :class:`EdgeProtocol` (aioht
 
 A request aiohttp's parser refuses (garbage, TLS on the HTTP port, a malformed header) gets
 aiohttp's ``400`` and one ``bad_http_request`` warning line (error, peer), never a traceback.
+A body whose framing breaks after its handler began reading it (a bad chunk size in a later
+packet, a corrupt compressed body) fails that body's reader with :class:`BadBody`, answered
+``400`` in the route's dialect (aiohttp's parser would queue it as the next request instead, and
+the handler would wait for the rest of the body until ``body_timeout``).
 
 The timer wakes once per ``min(header_timeout, body_timeout)`` while a request is served, and
 once at the deadline while a head is awaited: no work per byte beyond reading the clock.
@@ -24,7 +28,8 @@ What this leans on in aiohttp (checked by ``tests/test_edge.py``, so that an upg
 it fails a test rather than the edge): ``Server.__call__`` builds the protocol from
 ``Server._loop`` and ``Server._kwargs``; ``RequestHandler._waiter`` is pending exactly while the
 connection waits for a request head (aiohttp's own keep-alive check reads it the same way), and
-``RequestHandler._current_request`` is the request whose handler runs.
+``RequestHandler._current_request`` is the request whose handler runs; a parser error is queued
+in ``RequestHandler._messages`` as a message with an ``exc`` (aiohttp's ``_ErrInfo``).
 """
 
 from __future__ import annotations
@@ -41,8 +46,8 @@ from aiohttp.web_protocol import RequestHandler
 from gateway.config import ServerConfig
 from gateway.log import get_logger
 
-__all__ = ["BodyTimeout", "Edge", "EdgeProtocol", "EdgeRunner", "default_max_connections",
-           "edge_for", "raise_file_limit"]
+__all__ = ["BadBody", "BodyTimeout", "Edge", "EdgeProtocol", "EdgeRunner",
+           "default_max_connections", "edge_for", "raise_file_limit"]
 
 _REFUSED_BODY = b'{"error": {"message": "too many connections", "code": "OVERLOADED"}}'
 _REFUSED = (b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nRetry-After: 1\r\n"
@@ -52,6 +57,11 @@ _FDS_PER_CONNECTION = 2
 """A client connection and the upstream connection its exchange may hold."""
 _FD_RESERVE = 100
 """Listeners, log and metrics files, the idle upstream pool's overflow, the history store."""
+
+
+class BadBody(ValueError):
+    """The request body's framing broke after its handler began reading it (aiohttp's parser
+    refused a later packet); the message is the parser's."""
 
 
 class BodyTimeout(TimeoutError):
@@ -155,7 +165,24 @@ class EdgeProtocol(RequestHandler):
 
     def data_received(self, data: bytes) -> None:
         self._last_data = self._loop.time()
+        queued = len(self._messages)
         super().data_received(data)
+        if len(self._messages) > queued:
+            self._fail_body_in_reading()
+
+    def _fail_body_in_reading(self) -> None:
+        """The parser refused this packet while a handler reads its request's body: that body
+        is broken, not a next request. Fail its reader and close after the handler's answer."""
+        request = self._current_request
+        if request is None or request.content.is_eof():
+            return
+        exc = getattr(self._messages[-1][0], "exc", None)
+        if not isinstance(exc, HttpProcessingError):
+            return
+        self._messages.pop()
+        _warn_bad_request(exc, request.remote)
+        self.close()
+        request.content.set_exception(BadBody(exc.message))
 
     async def finish_response(self, request: web.BaseRequest, resp: web.StreamResponse,
                               start_time: float | None) -> tuple[web.StreamResponse, bool]:
@@ -173,8 +200,7 @@ class EdgeProtocol(RequestHandler):
         # What aiohttp's parser refused (its 400s, before any handler ran) is the client's fault:
         # one warning line, no traceback. aiohttp logs a traceback at error level, or at debug
         # level for a first request with a bad method (TLS or junk sent to an HTTP port).
-        get_logger().warning("bad_http_request", status=status, exc_type=type(exc).__name__,
-                             exc_message=exc.message, peer=request.remote)
+        _warn_bad_request(exc, request.remote)
         if request.writer.output_size > 0:  # as aiohttp's: nothing more can be sent
             raise ConnectionError("Response is sent already, cannot send another response "
                                   "with the error message")
@@ -216,6 +242,11 @@ class EdgeProtocol(RequestHandler):
         transport = self.transport
         return (not request.content.is_eof() and transport is not None
                 and transport.is_reading())
+
+
+def _warn_bad_request(exc: HttpProcessingError, peer: str | None) -> None:
+    get_logger().warning("bad_http_request", status=400, exc_type=type(exc).__name__,
+                         exc_message=exc.message, peer=peer)
 
 
 class _EdgeServer(web.Server):

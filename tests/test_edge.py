@@ -87,6 +87,7 @@ class Running:
     port: int
     admin_port: int
     dialect: str
+    server: web.Server
 
     def closed(self, reason: str) -> float:
         value = self.app[METRICS].registry.get_sample_value(
@@ -106,7 +107,9 @@ async def running(dialect: str, pause: float = 0.0, **server: Any) -> AsyncItera
     runner, admin, edge = await open_listeners(app, cfg, "127.0.0.1", 0)
     assert admin is not None
     try:
-        yield Running(app, edge, runner.addresses[0][1], admin.addresses[0][1], dialect)
+        assert runner.server is not None
+        yield Running(app, edge, runner.addresses[0][1], admin.addresses[0][1], dialect,
+                      runner.server)
     finally:
         await runner.cleanup()
         await admin.cleanup()
@@ -408,6 +411,93 @@ async def test_malformed_http_is_one_json_warning_without_a_traceback(
             assert not [e for e in entries if e["level"] in ("error", "critical")], text
             assert "Traceback" not in text and "traceback" not in text, text
     assert "Traceback" not in logs.getvalue()
+
+
+@pytest.mark.parametrize("dialect", names())
+async def test_chunk_framing_broken_mid_body_is_400_in_the_routes_dialect_at_once(
+        logs: io.StringIO, dialect: str) -> None:
+    """A chunked body whose framing breaks after its handler began reading it (a bad chunk size
+    in a later packet) is answered 400 in the route's dialect at once, with one
+    ``bad_http_request`` warning, and the connection closed; not left to ``body_timeout``.
+    (aiohttp's parser queues such an error as the next request and never fails the body.)"""
+    async with running(dialect, body_timeout=30.0) as gw:
+        head, body = _ask(dialect)
+        head = head.replace(f"Content-Length: {len(body)}".encode(),
+                            b"Transfer-Encoding: chunked")
+        reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+        writer.write(head + b"%x\r\n%s\r\n" % (10, body[:10]))
+        await writer.drain()
+        assert await _until(lambda: _reading_a_body(gw), MARGIN)
+        before = len(logs.getvalue())
+        writer.write(b"zz\r\n")
+        closed, got = await _closed_within(reader, MARGIN)
+        writer.close()
+        assert closed, got
+        status_line, rest = got.split(b"\r\n", 1)
+        assert status_line.split(b" ")[1] == b"400", got
+        headers, payload = rest.split(b"\r\n\r\n", 1)
+        assert b"connection: close" in headers.lower()
+        err = DIALECTS[dialect].parse_error(orjson.loads(payload))
+        assert err is not None and "chunk" in err.message.lower(), payload
+        entries = [orjson.loads(line) for line in logs.getvalue()[before:].splitlines()]
+        warned = [e for e in entries if e["event"] == "bad_http_request"]
+        assert len(warned) == 1 and warned[0]["peer"] == "127.0.0.1", entries
+        assert gw.app[METRICS].registry.get_sample_value(
+            "gateway_requests_total", {"route": "/chat", "client_dialect": dialect,
+                                       "upstream": "none", "upstream_dialect": "none",
+                                       "status": "400"}) == 1
+        assert gw.closed("body_timeout") == 0
+
+
+@pytest.mark.parametrize("fault", ["body stops", "framing breaks"])
+async def test_the_history_api_answers_a_broken_body_in_its_own_shape(
+        tmp_path: Path, fault: str) -> None:
+    """The gateway's own JSON endpoints (the history API) answer a body that stops (408) or
+    whose chunked framing breaks mid-body (400) in their error shape, and close."""
+    dialect = names()[0]
+    cfg = parse_config({
+        "server": {"header_timeout": HEADER_TIMEOUT, "body_timeout": BODY_TIMEOUT,
+                   "admin_port": 0},
+        "upstreams": {"up": {"dialect": dialect, "url": "http://up.invalid/chat"}},
+        "routes": [{"path": "/chat", "dialect": dialect, "upstream": "up"}],
+        "history": {"store": f"sqlite:///{tmp_path}/history.db"},
+    }, env={})
+    app = create_app(cfg, transport=MemoryTransport(lambda req: _never()))
+    runner, admin, _ = await open_listeners(app, cfg, "127.0.0.1", 0)
+    assert admin is not None and runner.server is not None
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", runner.addresses[0][1])
+        writer.write(b"POST /chat-history HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+                     b"2\r\n{\"\r\n")
+        await writer.drain()
+        server = runner.server
+        assert await _until(lambda: any(
+            p._current_request is not None for p in server.connections), MARGIN)
+        if fault == "framing breaks":
+            writer.write(b"zz\r\n")
+        closed, got = await _closed_within(reader, BODY_TIMEOUT + MARGIN)
+        writer.close()
+        assert closed, got
+        status_line, rest = got.split(b"\r\n", 1)
+        headers, payload = rest.split(b"\r\n\r\n", 1)
+        expected = {"body stops": (b"408", "REQUEST_TIMEOUT"),
+                    "framing breaks": (b"400", "BAD_REQUEST")}[fault]
+        assert (status_line.split(b" ")[1], orjson.loads(payload)["error"]["code"]) == expected
+        assert b"connection: close" in headers.lower()
+    finally:
+        await runner.cleanup()
+        await admin.cleanup()
+
+
+async def _never() -> MemoryResponse:
+    raise AssertionError("no chat request is made")
+
+
+def _reading_a_body(gw: Running) -> bool:
+    """Some connection's handler waits for body bytes."""
+    return any(p._current_request is not None and not p._current_request.content.is_eof()
+               for p in gw.server.connections)
 
 
 # --- max_connections ---------------------------------------------------------------------------

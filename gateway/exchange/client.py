@@ -12,7 +12,7 @@ from aiohttp import web
 from gateway.auth import accepted_key
 from gateway.canonical import ChatError, ChatRequest
 from gateway.config import GatewayConfig
-from gateway.edge import BodyTimeout
+from gateway.edge import BadBody, BodyTimeout
 from gateway.errors import ParseError
 from gateway.pipeline import parse_body
 from gateway.runtime import RouteEntry
@@ -63,6 +63,9 @@ async def _read_body(request: web.Request, limit: int) -> bytes:
     except BodyTimeout:  # the edge's body_timeout (gateway.edge); it closes the connection
         raise Refused(ChatError(408, "the request body did not arrive in time",
                                 code="REQUEST_TIMEOUT"), {"Connection": "close"}) from None
+    except BadBody as e:  # its framing broke mid-body (gateway.edge); the edge closes after this
+        raise Refused(ChatError(400, f"the request body is malformed: {e}"),
+                      {"Connection": "close"}) from None
 
 
 async def _read_bounded(request: web.Request, limit: int) -> bytes:
