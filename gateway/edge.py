@@ -167,14 +167,15 @@ class EdgeProtocol(RequestHandler):
         self._last_data = self._loop.time()
         queued = len(self._messages)
         super().data_received(data)
-        if len(self._messages) > queued:
-            self._fail_body_in_reading()
+        # A message queued while a handler runs: a pipelined request, or the parser's error.
+        request = self._current_request
+        if request is not None and len(self._messages) > queued:
+            self._fail_body_in_reading(request)
 
-    def _fail_body_in_reading(self) -> None:
+    def _fail_body_in_reading(self, request: web.BaseRequest) -> None:
         """The parser refused this packet while a handler reads its request's body: that body
         is broken, not a next request. Fail its reader and close after the handler's answer."""
-        request = self._current_request
-        if request is None or request.content.is_eof():
+        if request.content.is_eof():
             return
         exc = getattr(self._messages[-1][0], "exc", None)
         if not isinstance(exc, HttpProcessingError):
