@@ -395,22 +395,33 @@ _BLOCKS = st.one_of(
 )
 
 
-def _reference(pieces: list[bytes], max_event: int) -> list[Any]:
+_NAMED_BLOCKS = st.one_of(
+    _BLOCKS,
+    st.sampled_from([
+        b"event: delta\ndata: {}\n\n", b"event:x\ndata:1\n\n", b"event:\ndata: 2\n\n",
+        b"event: message\ndata: [3]\n\n", b"event: a:b\ndata: {}\n\n", b"event: only\n\n",
+        b"data: 4\nevent: late\n\n", b"event: x\nevent: y\ndata: 5\n\n",
+        b"event: two\ndata: 6\ndata: 7\n\n", b"event: \xff\ndata: 8\n\n",
+        b"event: e\ndata: \xff\n\n", b"event:  spaced\ndata:  9\n\n",
+    ]),
+)
+
+
+def _reference(pieces: list[bytes], max_event: int, named: bool = False) -> list[Any]:
     """The payloads as the general state machine alone gives them."""
-    from gateway.framing import _payload
+    from gateway.framing import Named, _payload
 
     reader = SSEReader(max_event)
-    out: list[Any] = []
-    for piece in pieces:
-        out.extend(_payload(e.data) for e in reader.feed(piece))
-    out.extend(_payload(e.data) for e in reader.finish())
-    return out
+    events = [e for piece in pieces for e in reader.feed(piece)]
+    events.extend(reader.finish())
+    return [Named(e.event, _payload(e.data)) if named and e.event != "message"
+            else _payload(e.data) for e in events]
 
 
-def _fast(pieces: list[bytes], max_event: int) -> list[Any]:
+def _fast(pieces: list[bytes], max_event: int, named: bool = False) -> list[Any]:
     from gateway.framing import reader_for
 
-    reader = reader_for("sse", max_event)
+    reader = reader_for("sse", max_event, named=named)
     out: list[Any] = []
     for piece in pieces:
         out.extend(reader.feed(piece))
@@ -432,6 +443,30 @@ def test_plain_event_fast_path_reads_exactly_what_the_state_machine_reads(
     data = b"".join(blocks)
     pieces = split(data, cuts)
     assert _outcome(_fast, pieces, max_event) == _outcome(_reference, pieces, max_event)
+
+
+@given(st.lists(_NAMED_BLOCKS, max_size=12), st.lists(st.integers(0, 400), max_size=6),
+       st.sampled_from([30, 1 << 20]))
+def test_named_event_fast_path_reads_exactly_what_the_state_machine_reads(
+        blocks: list[bytes], cuts: list[int], max_event: int) -> None:
+    data = b"".join(blocks)
+    pieces = split(data, cuts)
+    got = _outcome(lambda p, m: _fast(p, m, named=True), pieces, max_event)
+    assert got == _outcome(lambda p, m: _reference(p, m, named=True), pieces, max_event)
+
+
+def test_named_events_take_the_fast_path_and_odd_ones_do_not() -> None:
+    reader = SSEReader()
+    assert reader.plain_named(b"event: a\ndata: {}\n\ndata: 1\n\nevent:\ndata:2\n\n") == [
+        ("a", b"{}"), ("message", b"1"), ("message", b"2")]
+    for odd in (b"event: a\r\ndata: {}\r\n\r\n", b"event: a\n\n", b"data: 1\nevent: a\n\n",
+                b"event: a\nevent: b\ndata: 1\n\n", b"event: a\ndata: 1\ndata: 2\n\n",
+                b"id: 1\ndata: 1\n\n", b": ping\n\n", b"event: a\ndata: {}\n"):
+        assert reader.plain_named(odd) is None, odd
+    small = SSEReader(max_event=20)
+    assert small.plain_named(b"event: a\ndata: 1\n\n") == [("a", b"1")]
+    # longer than the limit as a whole: feed() decides, line by line
+    assert small.plain_named(b"event: abcdefgh\ndata: 1\n\n") is None
 
 
 def test_plain_events_take_the_fast_path_and_odd_ones_do_not() -> None:

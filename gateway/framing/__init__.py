@@ -69,10 +69,17 @@ class _SSEPayloadReader:
         self.whole = False
 
     def feed(self, data: bytes) -> list[Any]:
-        plain = self._sse.plain_data(data)
-        if plain is not None:
-            self.whole = True
-            return [_payload_of_bytes(d) for d in plain]
+        if self._named:
+            named = self._sse.plain_named(data)
+            if named is not None:
+                self.whole = True
+                return [_payload_of_bytes(d) if n == "message" else Named(n, _payload_of_bytes(d))
+                        for n, d in named]
+        else:
+            plain = self._sse.plain_data(data)
+            if plain is not None:
+                self.whole = True
+                return [_payload_of_bytes(d) for d in plain]
         before = self._sse.between_events and not data.startswith(b"\xef\xbb\xbf")
         payloads = self._payloads(self._sse.feed(data))
         # whole events (named ones, comments, ids) with LF line ends: passed on as they are

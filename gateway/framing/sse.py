@@ -146,6 +146,35 @@ class SSEReader:
         self._first = False  # it began with "data:", so there was no BOM to drop
         return out
 
+    def plain_named(self, data: bytes) -> list[tuple[str, bytes]] | None:
+        """As :meth:`plain_data`, for streams of named events: each event a ``data:`` line,
+        optionally after one ``event:`` line, then a blank line; ``(name, data)`` for each
+        (``message`` when unnamed, as :meth:`feed` says). The shape of the Anthropic and
+        Responses streams, three lines an event, which the line-by-line state machine reads at
+        about three times the cost of a plain one."""
+        if (self._parts or self._data or self._cr or self._event
+                or not data.endswith(b"\n\n") or b"\r" in data):
+            return None
+        blocks = data.split(b"\n\n")
+        blocks.pop()
+        out: list[tuple[str, bytes]] = []
+        for block in blocks:
+            if len(block) > self._max:
+                return None
+            if block.startswith(b"data:"):
+                name, line = "message", block
+            elif block.startswith(b"event:"):
+                head, _, line = block.partition(b"\n")
+                value = head[7:] if head[6:7] == b" " else head[6:]
+                name = value.decode("utf-8", "replace") or "message"
+            else:
+                return None
+            if not line.startswith(b"data:") or b"\n" in line:
+                return None
+            out.append((name, line[6:] if line[5:6] == b" " else line[5:]))
+        self._first = False  # it began with a field name, so there was no BOM to drop
+        return out
+
     def finish(self) -> list[SSEEvent]:
         out: list[SSEEvent] = []
         if self._parts:
