@@ -1,5 +1,6 @@
 """The like-for-like baseline: bench/passthrough.py's proxy on the gateway's own event loop
-(uvloop) and upstream client (``gateway.upstream.FastTransport``). Bytes in, bytes out.
+(uvloop), upstream client (``gateway.upstream.FastTransport``) and collector thresholds
+(``gateway.server.GC_THRESHOLDS``). Bytes in, bytes out.
 
     python bench/passthrough_fast.py --port 9201 --upstream http://127.0.0.1:9100
 
@@ -12,11 +13,13 @@ accounting) cost? Its ratio is reported as ``x lfl``.
 from __future__ import annotations
 
 import argparse
+import gc
 from collections.abc import AsyncIterator
 
 import uvloop
 from aiohttp import web
 
+from gateway.server import GC_THRESHOLDS
 from gateway.upstream import FastTransport, UpstreamRequest, UpstreamResponse
 
 HOP = {"host", "content-length", "connection", "keep-alive", "transfer-encoding", "upgrade",
@@ -48,6 +51,12 @@ def make_app(upstream: str) -> web.Application:
         finally:
             up.close()
 
+    async def tune_gc(app: web.Application) -> None:  # as the gateway's serve does
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(*GC_THRESHOLDS)
+
+    app.on_startup.append(tune_gc)
     app.on_cleanup.append(stop)
     app.router.add_route("*", "/{tail:.*}", proxy)
     return app
