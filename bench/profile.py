@@ -136,7 +136,10 @@ async def profile(a: argparse.Namespace, spy: str) -> tuple[Path, float | None]:
             [spy, "record", "--pid", str(gw.pid), "--duration", str(int(a.seconds)),
              "--rate", "200", "--format", "raw", "--output", str(out), "--nonblocking"],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        spec = run.Spec("load", a.concurrency, a.mode, "gateway", client, upstream)
+        # paced: the mock sleeps 10 ms before each frame, so every frame is its own read and
+        # write (as a model's tokens arrive): the per-frame cost, and what a first byte waits on
+        spec = run.Spec("paced" if a.paced else "load", a.concurrency, a.mode, "gateway", client,
+                        upstream)
         target = run.target_for(spec, ports, wire.answer_text(a.chunks))
         marks: dict[str, float] = {}
 
@@ -154,7 +157,8 @@ async def profile(a: argparse.Namespace, spy: str) -> tuple[Path, float | None]:
         summary = result.summary()
         cpu_ms = (1e3 * (marks["cpu1"] - marks["cpu0"]) / result.requests
                   if result.requests else None)
-        print(f"{client}/{upstream} {a.mode} c{a.concurrency}: {summary['rps']:.0f} req/s, "
+        paced = " paced" if a.paced else ""
+        print(f"{client}/{upstream} {a.mode}{paced} c{a.concurrency}: {summary['rps']:.0f} req/s, "
               f"{result.errors} errors, gateway CPU {cpu_ms or 0:.3f} ms/request; raw samples: "
               f"{out}")
         return out, cpu_ms
@@ -172,6 +176,8 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--chunks", type=int, default=20)
     p.add_argument("--top", type=int, default=25)
+    p.add_argument("--paced", action="store_true",
+                   help="against the mock's paced port (10 ms before each frame)")
     p.add_argument("--out", type=Path, default=None, help="where to keep the raw samples")
     a = p.parse_args()
     spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
