@@ -241,7 +241,8 @@ class Answerer:
                     if tr.broken:  # nothing sent yet: a plain HTTP error says it best
                         return self._malformed(_stream_error(tr))
                     resp = await self._start_stream()
-                await self._sent(resp, out, tr)
+                await self._write(resp, out)
+                self._progressed(tr)
                 if tr.done:
                     break
             out = tr.finish()
@@ -262,7 +263,8 @@ class Answerer:
                 return self._malformed(_stream_error(tr))
             resp = await self._start_stream()
         if out:
-            await self._sent(resp, out, tr)
+            await self._write(resp, out)
+            self._progressed(tr)
         self.progress.drop(tr.dropped)
         self.progress.usage = tr.usage
         self.progress.answered(tr.model, tr.finish_reason)
@@ -271,8 +273,9 @@ class Answerer:
         await self._finish(resp)
         return Answered(resp, fault if fault != "ok" else "malformed" if tr.broken else "ok")
 
-    async def _sent(self, resp: web.StreamResponse, out: bytes, tr: StreamTranslator) -> None:
-        await self._write(resp, out)
+    def _progressed(self, tr: StreamTranslator) -> None:
+        """After a write of the stream's frames (a plain call, not a coroutine wrapping the
+        write: this runs once a frame of every stream)."""
         self.progress.chunks = tr.chunks
         if self.progress.first_content is None and tr.content_started:
             self.progress.first_content = time.perf_counter()

@@ -300,39 +300,37 @@ class Http1Response:
         return raw.split(";", 1)[0].strip().lower() if raw else ""
 
     async def read(self) -> bytes:
+        # One coroutine, not a wrapper around another: a stream calls this once a frame.
         try:
-            return await self._read()
+            conn = self._conn
+            if conn is None:
+                raise UpstreamError("connect", _BROKE)
+            while True:
+                if self._decoder is not None and self._tail:
+                    out = self._inflate(b"")
+                    if out:
+                        return out
+                if conn.body:
+                    pieces = conn.take()
+                    data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+                    if self._decoder is None:
+                        return data
+                    out = self._inflate(data)
+                    if out:
+                        return out
+                    continue
+                if conn.error is not None:
+                    raise conn.error
+                if conn.complete:
+                    return self._flush()
+                conn.waiter = asyncio.get_running_loop().create_future()
+                try:
+                    await conn.waiter
+                finally:
+                    conn.waiter = None
         except BaseException:
             self._untrusted = True
             raise
-
-    async def _read(self) -> bytes:
-        conn = self._conn
-        if conn is None:
-            raise UpstreamError("connect", _BROKE)
-        while True:
-            if self._decoder is not None and self._tail:
-                out = self._inflate(b"")
-                if out:
-                    return out
-            if conn.body:
-                pieces = conn.take()
-                data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
-                if self._decoder is None:
-                    return data
-                out = self._inflate(data)
-                if out:
-                    return out
-                continue
-            if conn.error is not None:
-                raise conn.error
-            if conn.complete:
-                return self._flush()
-            conn.waiter = asyncio.get_running_loop().create_future()
-            try:
-                await conn.waiter
-            finally:
-                conn.waiter = None
 
     def fail(self, exc: BaseException) -> None:
         if self._conn is not None:
