@@ -87,12 +87,17 @@ class _Reservoir:
         self.kept = array("I")
 
     def add(self, seconds: float) -> None:
-        us = min(_MAX_US, max(0, round(seconds * 1e6)))
+        # Runs for every request: plain arithmetic, not round()/min()/max()/randrange() calls
+        us = int(seconds * 1e6 + 0.5)
+        if us > _MAX_US:
+            us = _MAX_US
+        elif us < 0:
+            us = 0
         self.seen += 1
         if len(self.kept) < SAMPLES:
             self.kept.append(us)
         else:  # keep each of the bucket's requests with the same chance
-            i = random.randrange(self.seen)
+            i = int(random.random() * self.seen)
             if i < SAMPLES:
                 self.kept[i] = us
 
