@@ -299,7 +299,7 @@ class StreamDecoding:
             # orjson parses 1,024 levels; a decoder that walks (or names, with repr) such a value
             # can reach Python's recursion limit: a malformed chunk, never an exception
             return [self._broke("the upstream sent a chunk nested too deeply to read")]
-        if events and isinstance(events[-1], StreamFinish | StreamError):
+        if events and isinstance(events[-1], (StreamFinish, StreamError)):
             self.ended = True
             last = events[-1]
             if isinstance(last, StreamError) and self._scrub is not None:
@@ -582,7 +582,10 @@ class StreamTranslator:
         out: list[Payload] = []
         try:
             for e in events:
-                match e:
+                match e:  # the text deltas first: nearly every event is one
+                    case TextDelta():
+                        self.text_chars += len(e.text)
+                        self.content_started = True
                     case StreamError():
                         self.error = e
                         self.done = True
@@ -596,9 +599,6 @@ class StreamTranslator:
                         self.model = e.model
                         if e.session_state is None and self._req.session_state is not None:
                             e = replace(e, session_state=self._req.session_state)
-                    case TextDelta():
-                        self.text_chars += len(e.text)
-                        self.content_started = True
                     case ReasoningDelta() | ToolCallStart():
                         self.content_started = True
                     case _:
