@@ -11,9 +11,10 @@ and short windows alternate A B, B A, A B, ... for every (pair, mode): a slow mi
 falls on both alike. The figure is, over the rounds, the median of B's CPU per request over A's
 in the same round, with its spread; B is this checkout unless ``--b`` says otherwise.
 
-Its resolution on the 2-vCPU development host: an A/A run (the same revision both sides, 8 rounds
-of 2 s, openai:0128) gave medians of 0.90 (whole) and 0.96 (streamed), each round's ratio
-anywhere in 0.69-1.24. So there it tells apart changes of about 10% and more; smaller ones need
+Its resolution on the 2-vCPU development host, from three A/A runs (the same code both sides, 8
+rounds of 2 s, openai:0128): medians 0.90 and 0.96 (whole, streamed; A a worktree of HEAD),
+1.02 and 1.01 (the same command both sides), 1.01 (A ``python -m gateway``), with single rounds
+anywhere in 0.69-1.25. So there it tells apart changes of about 10% and more; smaller ones need
 more rounds, a quieter host, or an in-process timing.
 
 ``--a-rev REV`` checks REV out in a temporary git worktree and runs it with this checkout's
