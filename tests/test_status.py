@@ -40,8 +40,10 @@ def _config(upstream_url: str, port: int = 0) -> dict[str, Any]:
     return {
         "server": {"host": "127.0.0.1", "port": port},
         "logging": {"level": "warning"},
+        # A long silence bound: the Chromium test holds a stream open while the page draws,
+        # which took over 15 s on a loaded 2-vCPU machine (the fake lets go at HOLD_MAX, 45 s)
         "upstreams": {"llm": {"dialect": UPSTREAM, "model": "m", "url": upstream_url,
-                              "timeout": 15}},
+                              "timeout": 60}},
         "routes": [{"path": "/chat", "dialect": CLIENT, "upstream": "llm"},
                    {"path": "/idle", "dialect": CLIENT, "upstream": "llm"}],
     }
