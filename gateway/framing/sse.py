@@ -132,11 +132,9 @@ class SSEReader:
         it without the line-by-line state machine makes an event about five times cheaper. What
         it returns is what :meth:`feed` would have returned as ``SSEEvent.data``, still as bytes.
         """
-        if (self._parts or self._data or self._cr or self._event
-                or not data.endswith(b"\n\n") or b"\r" in data):
+        blocks = self._whole_blocks(data)
+        if blocks is None:
             return None
-        blocks = data.split(b"\n\n")
-        blocks.pop()  # what follows the last blank line: nothing
         out: list[bytes] = []
         for block in blocks:
             if (not block.startswith(b"data:") or b"\n" in block
@@ -146,17 +144,26 @@ class SSEReader:
         self._first = False  # it began with "data:", so there was no BOM to drop
         return out
 
+    def _whole_blocks(self, data: bytes) -> list[bytes] | None:
+        """The events of ``data`` (the text between blank lines) when it holds whole events with
+        LF line ends and the reader is between events; else ``None``: the fast paths' shared
+        precondition."""
+        if (self._parts or self._data or self._cr or self._event
+                or not data.endswith(b"\n\n") or b"\r" in data):
+            return None
+        blocks = data.split(b"\n\n")
+        blocks.pop()  # what follows the last blank line: nothing
+        return blocks
+
     def plain_named(self, data: bytes) -> list[tuple[str, bytes]] | None:
         """As :meth:`plain_data`, for streams of named events: each event a ``data:`` line,
         optionally after one ``event:`` line, then a blank line; ``(name, data)`` for each
         (``message`` when unnamed, as :meth:`feed` says). The shape of the Anthropic and
         Responses streams, three lines an event, which the line-by-line state machine reads at
         about three times the cost of a plain one."""
-        if (self._parts or self._data or self._cr or self._event
-                or not data.endswith(b"\n\n") or b"\r" in data):
+        blocks = self._whole_blocks(data)
+        if blocks is None:
             return None
-        blocks = data.split(b"\n\n")
-        blocks.pop()
         out: list[tuple[str, bytes]] = []
         for block in blocks:
             if len(block) > self._max:
