@@ -538,6 +538,8 @@ def _parse_items(items: list[JSON]) -> list[Message]:
         where = f"input[{i}]"
         item = expect_object(item, where)
         kind = item.get("type", "message")
+        if not isinstance(kind, str):  # before it is looked up (a list is no dict key)
+            raise DialectError("must be a string", f"{where}.type")
         if kind == "message" and item.get("role") != "assistant":
             out.append(_parse_message(item, where))
             turn = None
@@ -566,13 +568,11 @@ def _parse_items(items: list[JSON]) -> list[Message]:
         elif kind == "item_reference":
             raise DialectError("refers to a stored item, which this gateway does not keep; send "
                                "the item itself", where)
-        elif isinstance(kind, str):
+        else:
             # Another tool's call or output (web search, computer use, …): kept verbatim, for a
             # Responses upstream only.
             out.append(Message("assistant", [OtherPart(NAME, kind, item)],
                                extras={"_item": True}))
-        else:
-            raise DialectError("must be a string", f"{where}.type")
     return out
 
 
