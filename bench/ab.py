@@ -107,8 +107,16 @@ async def amain(a: argparse.Namespace) -> int:
     cores = procs.split_cores()
     tmp = Path(tempfile.mkdtemp(prefix="gateway-ab-"))
     tree = worktree(a.a_rev, tmp / "a-tree") if a.a_rev else None
-    command_a = (f"env PYTHONPATH={shlex.quote(str(tree))} {shlex.quote(sys.executable)} "
-                 "-m gateway") if tree else a.a
+    # In the worktree itself: ``python -m`` puts the working directory first on sys.path, ahead
+    # of PYTHONPATH, so started from this checkout it would import this checkout's gateway.
+    command_a = (f"env -C {shlex.quote(str(tree))} PYTHONPATH={shlex.quote(str(tree))} "
+                 f"{shlex.quote(sys.executable)} -m gateway") if tree else a.a
+    if tree:
+        imported = subprocess.check_output(
+            [*shlex.split(command_a)[:-2], "-c", "import gateway; print(gateway.__file__)"],
+            text=True).strip()
+        if not imported.startswith(str(tree)):
+            sys.exit(f"build A imports {imported}, not the worktree's gateway")
     commands = {"A": command_a, "B": a.b or " ".join(run.gateway_command(run.parse_args([])))}
     mock_port, paced_port = procs.free_port(), procs.free_port()
     mock = procs.Proc("mock", [sys.executable, str(HERE / "mock.py"), "--chunks", str(a.chunks),
