@@ -12,9 +12,10 @@ while ``--concurrency`` clients load one route, and prints:
 * the share of samples by where the sampled frame's code lives (aiohttp, the gateway, asyncio,
   prometheus_client, ...): the split the performance notes quote;
 * the gateway lines that cost most, each with the library time spent under it;
-* the gateway's CPU per request split by stage (:data:`STAGES`): the server (aiohttp's), the
-  upstream hop (the transport), translation (pipeline, dialects, framing), accounting (the
-  outcome record, metrics, logs), the exchange's own glue, and the event loop: each sample goes
+* the gateway's CPU per request split by stage (:data:`STAGES`): the server (aiohttp's, and the
+  gateway's own writes of the answer), the upstream hop (the transport), translation (pipeline,
+  dialects, framing), accounting (the outcome record, metrics, logs), the exchange's own glue,
+  and the event loop: each sample goes
   to the stage of its deepest frame that belongs to one, and the stage's share of the samples
   times the CPU the gateway spent per request in the measured window gives its microseconds.
 
@@ -57,6 +58,9 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
                      "gateway/carry.py", "gateway/canonical.py")),
     ("upstream hop", ("gateway/upstream/", "aiohttp/client", "aiohttp/connector.py",
                       "httptools/")),
+    # the sink writes the answer to the socket and the dispatch is the router's short way:
+    # server work, whoever does it (``server.http_layer``)
+    ("server", ("gateway/exchange/sink.py", "gateway/dispatch.py", "gateway/cors.py")),
     ("exchange glue", ("gateway/exchange/", "gateway/balancer.py", "gateway/handlers.py",
                        "gateway/app.py", "gateway/runtime.py")),
     ("server", ("aiohttp/",)),

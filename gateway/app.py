@@ -16,6 +16,8 @@ from gateway import handlers, status
 from gateway.admin import add_admin_routes
 from gateway.balancer import Balancer, UpstreamState
 from gateway.config import GatewayConfig, load_config
+from gateway.cors import cors_headers
+from gateway.dispatch import CHAT_PATHS, ChatPaths
 from gateway.edge import BadBody, BodyTimeout
 from gateway.errors import ConfigError, UpstreamError
 from gateway.exchange import Env
@@ -106,8 +108,10 @@ def create_app(config: GatewayConfig, *, config_path: str | Path | None = None,
         return problems
 
     app[RELOADER] = noted_reload
+    app[CHAT_PATHS] = ChatPaths()
     app.cleanup_ctx.append(_tracing)
-    app.cleanup_ctx.append(_transport(transport, config.server.upstream_client))
+    app.cleanup_ctx.append(_transport(transport, config.server.upstream_client,
+                                      config.server.http_layer))
     app.cleanup_ctx.append(_health_checks)
     app.cleanup_ctx.append(status.publish)
     app.on_response_prepare.append(_cors)
@@ -122,12 +126,13 @@ def create_app(config: GatewayConfig, *, config_path: str | Path | None = None,
     return app
 
 
-def _transport(given: Transport | None, client: Literal["fast", "aiohttp"]) -> Any:
+def _transport(given: Transport | None, client: Literal["fast", "aiohttp"],
+               http_layer: Literal["fast", "aiohttp"]) -> Any:
     async def ctx(app: web.Application) -> AsyncIterator[None]:
         transport = given or make_transport(client)
         app[TRANSPORT] = transport
         app[ENV] = Env(transport, app[METRICS], app[BALANCER], app[RECENT], app[LOG],
-                       app[TRACING])
+                       app[TRACING], direct=http_layer == "fast")
         try:
             yield
         finally:
@@ -222,20 +227,11 @@ async def _cors(request: web.Request, response: web.StreamResponse) -> None:
     origin = request.headers.get("Origin")
     if not origin:  # not a browser's cross-origin request: most requests stop here
         return
-    cors = request.app[RUNTIME].current.config.server.cors
-    if not cors.allow_origins:
-        return
-    if "*" not in cors.allow_origins and origin not in cors.allow_origins:
-        return
     h = response.headers
-    h["Access-Control-Allow-Origin"] = origin if cors.allow_credentials or \
-        "*" not in cors.allow_origins else "*"
-    h.add("Vary", "Origin")
-    h["Access-Control-Expose-Headers"] = "X-Request-ID, Retry-After"
-    if cors.allow_credentials:
-        h["Access-Control-Allow-Credentials"] = "true"
-    if request.method == "OPTIONS":
-        # The history endpoints answer their preflight with the methods they serve.
-        h["Access-Control-Allow-Methods"] = response.headers.get("Allow", "POST, OPTIONS")
-        h["Access-Control-Allow-Headers"] = ", ".join(cors.allow_headers)
-        h["Access-Control-Max-Age"] = str(cors.max_age)
+    for name, value in cors_headers(origin, request.method,
+                                    request.app[RUNTIME].current.config.server.cors,
+                                    h.get("Allow")):
+        if name == "Vary":
+            h.add(name, value)
+        else:
+            h[name] = value

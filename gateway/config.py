@@ -138,6 +138,13 @@ class ServerConfig(_Model):
     """How upstreams are reached: ``fast``, the gateway's own HTTP/1.1 keep-alive client
     (httptools), or ``aiohttp``, aiohttp's client (the fallback). Read at start; a reload does
     not switch it."""
+    http_layer: Literal["fast", "aiohttp"] = "fast"
+    """How the chat routes meet HTTP. ``fast``: a POST to a route's path goes straight to its
+    exchange (aiohttp's router and middleware are skipped once the router has sent that path to
+    a route), and the answer is written straight to the connection (docs/performance.md).
+    ``aiohttp``: aiohttp's router, middleware and response objects for every request (the
+    fallback). Either way aiohttp reads the requests (its parser, keep-alive, the edge's limits).
+    Read at start; a reload does not switch it."""
     loop: Literal["auto", "asyncio", "uvloop"] = "auto"
     """The event loop: ``auto`` is uvloop when it is installed, else asyncio's own
     (``--loop`` overrides it). Read at start."""

@@ -7,6 +7,7 @@ import ipaddress
 import orjson
 from aiohttp import web
 
+from gateway.dispatch import CHAT_PATHS
 from gateway.exchange import serve, unrouted
 from gateway.history.keys import HISTORY
 from gateway.keys import ENV, METRICS, RELOADER, RUNTIME
@@ -34,6 +35,8 @@ async def chat(request: web.Request) -> web.StreamResponse:
                         request.app[ENV], runtime.config.server.trusted_proxies)
     if request.method == "OPTIONS" and runtime.config.server.cors.allow_origins:
         return web.Response(status=204)  # the CORS headers are added as it is prepared
+    if request.method == "POST":  # the router sent this path here: next time it may go straight
+        request.app[CHAT_PATHS].add(request.path)  # (gateway.dispatch)
     return await serve(request, request.app[ENV], runtime, entry)
 
 

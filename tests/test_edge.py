@@ -540,8 +540,9 @@ async def test_past_max_connections_new_ones_are_refused_at_once_and_streams_go_
 
 
 class _Disconnect:
-    """Counts the awaited calls of aiohttp's response, writer and request methods made while a
-    stream is answered (:meth:`Answerer._stream`: its start, its writes, its end), and at call
+    """Counts the awaited calls of the response sink's and of aiohttp's response, writer and
+    request methods made while a stream is answered (:meth:`Answerer._stream`: its start, its
+    writes, its end), and at call
     ``n`` acts as a client that went away: ``mode`` ``raise`` raises ConnectionResetError there
     (a write to a reset socket), ``close`` aborts the transport and lets aiohttp carry on."""
 
@@ -554,8 +555,9 @@ class _Disconnect:
         from aiohttp.http_writer import StreamWriter
 
         import gateway.exchange.answer as answer
+        from gateway.exchange.sink import AiohttpSink, DirectSink
 
-        for cls in (web.StreamResponse, StreamWriter, web.BaseRequest):
+        for cls in (web.StreamResponse, StreamWriter, web.BaseRequest, DirectSink, AiohttpSink):
             for name, fn in list(vars(cls).items()):
                 if inspect.iscoroutinefunction(fn):
                     monkeypatch.setattr(cls, name, self._wrap(fn))
@@ -564,7 +566,7 @@ class _Disconnect:
         self.cut_in_start = False
 
         async def watched(answerer: Any, *args: Any) -> Any:
-            self.request = answerer.request
+            self.request = answerer.sink.request
             self.active = True
             try:
                 return await stream(answerer, *args)
@@ -599,10 +601,11 @@ class _Disconnect:
         return wrapped
 
 
+@pytest.mark.parametrize("layer", ["fast", "aiohttp"])
 @pytest.mark.parametrize("mode", ["raise", "close"])
 async def test_a_client_gone_at_any_await_of_a_stream_is_never_a_500(
         monkeypatch: pytest.MonkeyPatch, logs: io.StringIO, caplog: pytest.LogCaptureFixture,
-        mode: str) -> None:
+        mode: str, layer: str) -> None:
     """For n = 1, 2, …: the client goes away at the n-th awaited call of a stream's answer,
     until n passes them all and the stream ends normally. Never a 500, nothing logged as
     internal_error or as an aiohttp error; a cut is counted 499 with the disconnect counted (a
@@ -614,7 +617,7 @@ async def test_a_client_gone_at_any_await_of_a_stream_is_never_a_500(
         assert n < 50, "the stream start never completed"
         with monkeypatch.context() as patch:
             cut = _Disconnect(patch, n, mode)
-            async with running(dialect) as gw:
+            async with running(dialect, http_layer=layer) as gw:
                 head, body = _ask(dialect, stream=True)
                 reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
                 writer.write(head + body)
@@ -640,4 +643,5 @@ async def test_a_client_gone_at_any_await_of_a_stream_is_never_a_500(
         text = logs.getvalue()
         assert "internal_error" not in text, text[-3000:]
         assert "Error handling request" not in caplog.text, caplog.text[-3000:]
-    assert starts > 2 and n > starts + 2, (starts, n)  # the start and the rest had await points
+    # the start and the rest had await points (aiohttp's response objects have more of them)
+    assert starts >= 1 and n > starts + 2, (starts, n)

@@ -24,6 +24,7 @@ from gateway.exchange.attempts import AttemptContext, AttemptLog, run_attempts
 from gateway.exchange.client import Refused, read_chat_request, request_id_of
 from gateway.exchange.headers import upstream_headers
 from gateway.exchange.outcome import NONE, Outcome, record
+from gateway.exchange.sink import AiohttpSink, DirectSink, ResponseSink
 from gateway.forwarding import client_address
 from gateway.metrics import Metrics
 from gateway.runtime import RouteEntry, Runtime
@@ -33,7 +34,7 @@ from gateway.upstream import Transport
 if TYPE_CHECKING:
     from gateway.tracing import RequestTrace, Tracing
 
-__all__ = ["Env", "error_response", "serve", "unrouted"]
+__all__ = ["Env", "error_response", "serve", "sink_for", "unrouted"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,31 +48,62 @@ class Env:
     log: Any
     tracing: Tracing | None = None
     """OpenTelemetry, when configured (:mod:`gateway.tracing`); ``None`` costs nothing."""
+    direct: bool = False
+    """Answers to POSTs written straight to the connection (``server.http_layer: fast``, read
+    at start): :class:`~.sink.DirectSink`."""
+
+
+def sink_for(request: web.Request, env: Env, runtime: Runtime) -> ResponseSink:
+    """How this request's answer is written (:attr:`Env.direct`; a POST only, so that HEAD and
+    OPTIONS keep aiohttp's handling)."""
+    if env.direct and request.method == "POST":
+        return DirectSink(request, runtime.config.server.cors)
+    return AiohttpSink(request)
 
 
 async def serve(request: web.Request, env: Env, runtime: Runtime,
                 entry: RouteEntry) -> web.StreamResponse:
-    """Serve one request on one route; returns the response it sent or built."""
+    """Serve one request on one route; returns what the aiohttp handler returns (the answer
+    itself, or one already written: :mod:`.sink`)."""
     started = time.perf_counter()
     request_id = request_id_of(request)
     trace = env.tracing.begin(request, entry) if env.tracing is not None else None
-    answerer = Answerer(request, entry, request_id)
+    sink = sink_for(request, env, runtime)
+    answerer = Answerer(sink, entry, request_id)
     attempts = AttemptLog()
     inflight = env.metrics.inflight.labels(entry.config.path)
     inflight.inc()
     stream, disconnected = False, False
     model: str | None = None
     try:
-        req = await read_chat_request(request, entry, runtime.config)
-        stream, model = req.stream, req.model
-        ctx = AttemptContext(
-            entry.config, runtime.states, runtime.config.health, env.transport, env.balancer,
-            _headers_for(request, runtime, request_id), answerer.answer, env.log, request_id,
-            trace)
-        result = await run_attempts(ctx, req, started, attempts)
-        return answerer.fail(result) if isinstance(result, ChatError) else result
-    except Refused as r:
-        return answerer.fail(r.error, r.headers)
+        try:
+            req = await read_chat_request(request, entry, runtime.config)
+            stream, model = req.stream, req.model
+            ctx = AttemptContext(
+                entry.config, runtime.states, runtime.config.health, env.transport,
+                env.balancer, _headers_for(request, runtime, request_id), answerer.answer,
+                env.log, request_id, trace)
+            error = await run_attempts(ctx, req, started, attempts)
+            if error is not None:
+                await answerer.fail(error)
+        except Refused as r:
+            await answerer.fail(r.error, r.headers)
+        except (asyncio.CancelledError, ClientGone):
+            raise
+        except Exception:
+            # A gateway bug: logged and counted; an answer in the client's dialect when none
+            # began, else the answer is cut (never passed off as a clean finish).
+            env.log.exception("internal_error", request_id=request_id, path=entry.config.path)
+            if not answerer.progress.status:
+                await answerer.fail(ChatError(500, "internal gateway error",
+                                              code="INTERNAL_ERROR"))
+            else:
+                answerer.progress.error = "internal gateway error"
+                cut = sink.cut()
+                if cut is None:
+                    raise
+                return cut
+        return sink.response()
     except asyncio.CancelledError:
         disconnected = True
         raise
@@ -79,12 +111,6 @@ async def serve(request: web.Request, env: Env, runtime: Runtime,
         # What aiohttp itself raises in a handler whose client went away: it ends quietly.
         disconnected = True
         raise asyncio.CancelledError from None
-    except Exception:
-        if answerer.progress.status:  # the answer already began: nothing better can be sent
-            raise
-        # A gateway bug: still an answer in the client's dialect, counted and logged.
-        env.log.exception("internal_error", request_id=request_id, path=entry.config.path)
-        return answerer.fail(ChatError(500, "internal gateway error", code="INTERNAL_ERROR"))
     finally:
         inflight.dec()
         record(_outcome(entry, request_id, started, answerer, attempts, stream, disconnected,

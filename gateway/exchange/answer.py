@@ -23,6 +23,7 @@ from gateway.carry import Policy, Unsupported
 from gateway.dialects import Dialect
 from gateway.errors import ParseError, UpstreamError
 from gateway.exchange.attempts import Answered, ClientGone
+from gateway.exchange.sink import ResponseSink
 from gateway.framing import encoder_for
 from gateway.pipeline import (
     StreamAssembler,
@@ -71,41 +72,55 @@ class Progress:
 
 def error_response(dialect: Dialect, err: ChatError, request_id: str | None = None,
                    headers: dict[str, str] | None = None) -> web.Response:
-    h = {"X-Request-ID": request_id} if request_id else {}
+    return web.Response(status=err.status, body=orjson.dumps(dialect.render_error(err)),
+                        headers=_error_headers(err, request_id, headers))
+
+
+def _error_headers(err: ChatError, request_id: str | None,
+                   headers: dict[str, str] | None) -> dict[str, str]:
+    h = {"Content-Type": _JSON}
+    if request_id:
+        h["X-Request-ID"] = request_id
     if err.retry_after is not None:
         h["Retry-After"] = str(max(1, round(err.retry_after)))
     h.update(headers or {})
-    return web.Response(status=err.status, body=orjson.dumps(dialect.render_error(err)),
-                        content_type=_JSON, headers=h)
+    return h
 
 
 class Answerer:
-    """Answers one client (``request``, on ``entry``) from whichever upstream call the attempts
-    hand it (:meth:`answer`, an :data:`~gateway.exchange.attempts.UpstreamAnswer`)."""
+    """Answers one client (through ``sink``, on ``entry``) from whichever upstream call the
+    attempts hand it (:meth:`answer`, an :data:`~gateway.exchange.attempts.UpstreamAnswer`)."""
 
-    __slots__ = ("client", "entry", "policy", "progress", "request", "request_id")
+    __slots__ = ("client", "entry", "policy", "progress", "request_id", "sink")
 
-    def __init__(self, request: web.Request, entry: RouteEntry, request_id: str) -> None:
-        self.request = request
+    def __init__(self, sink: ResponseSink, entry: RouteEntry, request_id: str) -> None:
+        self.sink = sink
         self.entry = entry
         self.client = entry.client
         self.policy: Policy = entry.config.on_unsupported
         self.request_id = request_id
         self.progress = Progress()
 
-    def fail(self, err: ChatError, headers: dict[str, str] | None = None) -> web.Response:
+    async def fail(self, err: ChatError, headers: dict[str, str] | None = None) -> None:
+        """Answer with ``err``, in the client's dialect."""
         self.progress.status = err.status
         self.progress.error = err.message
-        response = error_response(self.client, err, self.request_id, headers)
-        self.progress.sent_bytes = response.content_length or 0
-        return response
+        body = orjson.dumps(self.client.render_error(err))
+        self.progress.sent_bytes = len(body)
+        await self._send(err.status, _error_headers(err, self.request_id, headers), body)
+
+    async def _send(self, status: int, headers: dict[str, str], body: bytes) -> None:
+        try:
+            await self.sink.whole(status, headers, body)
+        except (ConnectionError, aiohttp.ClientConnectionResetError) as e:
+            raise ClientGone from e
 
     async def answer(self, req: ChatRequest, call: UpstreamCall, dialect: Dialect,
                      up_stream: bool) -> Answered:
         if up_stream and call.response.content_type == "text/html":
             # An error page served with 200 (a proxy's, a login wall's) is never a stream; read
             # as one it would give no events, and the protocol dialects end by ending.
-            return self._malformed("the upstream answered with an HTML page, not a stream")
+            return await self._malformed("the upstream answered with an HTML page, not a stream")
         if req.stream and up_stream:
             return await self._stream(req, call, dialect)
         got = await self._whole_of(req, call, dialect, up_stream)
@@ -114,27 +129,28 @@ class Answerer:
         whole, raw = got
         if req.stream:
             return await self._bridged(req, whole)
-        return self._whole(req, whole, raw)
+        return await self._whole(req, whole, raw)
 
     # --- whole ---------------------------------------------------------------------------------
 
-    def _whole(self, req: ChatRequest, resp: ChatResponse, raw: bytes | None) -> Answered:
+    async def _whole(self, req: ChatRequest, resp: ChatResponse, raw: bytes | None) -> Answered:
         """``raw``: the upstream's own body, when it is in the client's dialect and needs
         nothing of the client's put in (it is sent as it came: nothing re-serialised)."""
         try:
             resp, lost = adapt_response(resp, self.client, self.policy)
             body = raw if raw is not None else orjson.dumps(self.client.render_response(resp, req))
         except Unsupported as e:
-            return Answered(self.fail(ChatError(502, str(e), code="UNSUPPORTED")), "ok")
+            await self.fail(ChatError(502, str(e), code="UNSUPPORTED"))
+            return Answered("ok")
         except orjson.JSONEncodeError:
-            return self._malformed(_TOO_DEEP)
+            return await self._malformed(_TOO_DEEP)
         self.progress.drop(lost)
         self.progress.usage = resp.usage
         self.progress.answered(resp.model, resp.finish_reason, len(body))
         self.progress.status = 200
         self.progress.first_content = time.perf_counter()
-        return Answered(web.Response(body=body, content_type=_JSON,
-                                     headers={"X-Request-ID": self.request_id}), "ok")
+        await self._send(200, {"Content-Type": _JSON, "X-Request-ID": self.request_id}, body)
+        return Answered("ok")
 
     async def _whole_of(self, req: ChatRequest, call: UpstreamCall, dialect: Dialect,
                         up_stream: bool) -> tuple[ChatResponse, bytes | None] | Answered:
@@ -149,11 +165,12 @@ class Answerer:
             declared = dialect.parse_error(body)
             if declared is not None:
                 scrub = call.config.scrubber
-                return self._malformed(scrub(declared.message), scrub.optional(declared.code),
-                                       scrub.optional(declared.type))
+                return await self._malformed(scrub(declared.message),
+                                             scrub.optional(declared.code),
+                                             scrub.optional(declared.type))
             resp = dialect.parse_response(body)
         except ParseError as e:
-            return self._malformed(call.config.scrubber(
+            return await self._malformed(call.config.scrubber(
                 f"the upstream answer could not be read: {e}"))
         # Same dialect both sides (a round trip is exact) and nothing of the client's to put in:
         # the session-state spelling it used, its state echoed to it, or a shape its route's
@@ -177,44 +194,45 @@ class Answerer:
         except TimeoutError as e:
             raise UpstreamError("timeout", "the upstream did not finish its answer in time") from e
         if not got_data:
-            return self._malformed("the upstream sent an empty stream")
+            return await self._malformed("the upstream sent an empty stream")
         resp = assembler.finish()
         err = assembler.error
         if err is None:
             return with_session_echo(resp, req)
         if assembler.broken or err.status < 400:
-            return self._malformed(err.message, err.code)
-        return Answered(self.fail(ChatError(err.status, err.message, err.code)), "malformed")
+            return await self._malformed(err.message, err.code)
+        await self.fail(ChatError(err.status, err.message, err.code))
+        return Answered("malformed")
 
-    def _malformed(self, message: str, code: str | None = None,
-                   kind: str | None = None) -> Answered:
-        return Answered(self.fail(ChatError(502, message, code=code or "BAD_GATEWAY",
-                                            type=kind)), "malformed")
+    async def _malformed(self, message: str, code: str | None = None,
+                         kind: str | None = None) -> Answered:
+        await self.fail(ChatError(502, message, code=code or "BAD_GATEWAY", type=kind))
+        return Answered("malformed")
 
     # --- streams -------------------------------------------------------------------------------
 
-    async def _start_stream(self) -> web.StreamResponse:
-        resp = web.StreamResponse(status=200, headers={
-            "Content-Type": self.entry.stream_content_type,
-            "Cache-Control": "no-cache",
-            "X-Request-ID": self.request_id,
-            "X-Accel-Buffering": "no",
-        })
+    async def _start_stream(self) -> ResponseSink:
+        sink = self.sink
         try:
-            await resp.prepare(self.request)
+            await sink.start({
+                "Content-Type": self.entry.stream_content_type,
+                "Cache-Control": "no-cache",
+                "X-Request-ID": self.request_id,
+                "X-Accel-Buffering": "no",
+            })
         except (ConnectionError, aiohttp.ClientConnectionResetError) as e:
             raise ClientGone from e
         self.progress.status = 200
-        return resp
+        return sink
 
-    async def _finish(self, resp: web.StreamResponse) -> None:
+    async def _finish(self, resp: ResponseSink) -> None:
         """The stream's end (its last chunk), where a client gone shows as on a write."""
         try:
-            await resp.write_eof()
+            await resp.finish()
         except (ConnectionError, aiohttp.ClientConnectionResetError) as e:
             raise ClientGone from e
 
-    async def _write(self, resp: web.StreamResponse, data: bytes) -> None:
+    async def _write(self, resp: ResponseSink, data: bytes) -> None:
         t0 = time.perf_counter()
         self.progress.sent_bytes += len(data)
         try:
@@ -228,7 +246,7 @@ class Answerer:
                       dialect: Dialect) -> Answered:
         tr = StreamTranslator(dialect, self.client, req, max_size=call.config.max_line_bytes,
                               policy=self.policy, scrub=call.config.scrubber)
-        resp: web.StreamResponse | None = None
+        resp: ResponseSink | None = None
         fault = "ok"
         got_data = False
         try:
@@ -239,7 +257,7 @@ class Answerer:
                     continue
                 if resp is None:
                     if tr.broken:  # nothing sent yet: a plain HTTP error says it best
-                        return self._malformed(_stream_error(tr))
+                        return await self._malformed(_stream_error(tr))
                     resp = await self._start_stream()
                 await self._write(resp, out)
                 self._progressed(tr)
@@ -253,14 +271,14 @@ class Answerer:
             out = tr.abort(f"the upstream failed mid-stream: {e.message}",
                            504 if e.kind == "timeout" else 502)
         if resp is None and not got_data:  # no event at all is no answer, though some dialects
-            return self._malformed("the upstream sent an empty stream")  # end by ending
+            return await self._malformed("the upstream sent an empty stream")  # end by ending
         return await self._end_stream(resp, out, tr, fault)
 
-    async def _end_stream(self, resp: web.StreamResponse | None, out: bytes,
+    async def _end_stream(self, resp: ResponseSink | None, out: bytes,
                           tr: StreamTranslator, fault: str) -> Answered:
         if resp is None:
             if tr.broken:
-                return self._malformed(_stream_error(tr))
+                return await self._malformed(_stream_error(tr))
             resp = await self._start_stream()
         if out:
             await self._write(resp, out)
@@ -271,7 +289,7 @@ class Answerer:
         if tr.error is not None:
             self.progress.error = tr.error.message
         await self._finish(resp)
-        return Answered(resp, fault if fault != "ok" else "malformed" if tr.broken else "ok")
+        return Answered(fault if fault != "ok" else "malformed" if tr.broken else "ok")
 
     def _progressed(self, tr: StreamTranslator) -> None:
         """After a write of the stream's frames (a plain call, not a coroutine wrapping the
@@ -288,9 +306,10 @@ class Answerer:
             # all encoded before the 200 goes out, so that a failure can still be an HTTP error
             frames = [[frame(p) for p in encoder.encode(e)] for e in events_from_response(whole)]
         except Unsupported as e:
-            return Answered(self.fail(ChatError(502, str(e), code="UNSUPPORTED")), "ok")
+            await self.fail(ChatError(502, str(e), code="UNSUPPORTED"))
+            return Answered("ok")
         except orjson.JSONEncodeError:
-            return self._malformed(_TOO_DEEP)
+            return await self._malformed(_TOO_DEEP)
         self.progress.drop(lost)
         self.progress.usage = whole.usage
         self.progress.answered(whole.model, whole.finish_reason)
@@ -302,7 +321,7 @@ class Answerer:
             if self.progress.first_content is None and self.progress.chunks > 1:
                 self.progress.first_content = time.perf_counter()
         await self._finish(resp)
-        return Answered(resp, "ok")
+        return Answered("ok")
 
 
 def _stream_error(tr: StreamTranslator) -> str:

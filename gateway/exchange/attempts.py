@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 import orjson
-from aiohttp import web
 
 from gateway.balancer import Balancer, NoCapacity, UpstreamState
 from gateway.canonical import ChatError, ChatRequest
@@ -37,7 +36,8 @@ class ClientGone(Exception):
 
 
 class Answered(NamedTuple):
-    response: web.StreamResponse
+    """The client has its answer (sent through the exchange's sink)."""
+
     outcome: str
     """The attempt's outcome: ok, or the fault found while answering (malformed, connect, …)."""
 
@@ -87,9 +87,9 @@ class AttemptContext(NamedTuple):
 
 
 async def run_attempts(ctx: AttemptContext, req: ChatRequest, started: float,
-                       log: AttemptLog) -> web.StreamResponse | ChatError:
-    """Try the route's upstreams in the balancer's order until one answers; the response, or
-    the error to answer with."""
+                       log: AttemptLog) -> ChatError | None:
+    """Try the route's upstreams in the balancer's order until one answers; ``None`` when one
+    did (the client has its answer), else the error to answer with."""
     route = ctx.route
     order = ctx.balancer.order(route, ctx.states)
     allowed = route.retries.attempts or len(order)
@@ -100,7 +100,7 @@ async def run_attempts(ctx: AttemptContext, req: ChatRequest, started: float,
         result = await _attempt(ctx, req, state, log)
         match result:
             case Answered():
-                return result.response
+                return None
             case Final():
                 return result.error
             case Retry():

@@ -1,0 +1,226 @@
+"""How a chat answer reaches the wire: ``server.http_layer`` ``fast`` (the router skipped for a
+chat path it has already routed, the answer written straight to the connection) against
+``aiohttp`` (aiohttp's router, middleware and response objects, the fallback). Both must put the
+same answer on the wire, keep HTTP/1.0 and keep-alive right, and answer pipelined requests in
+order. See gateway/exchange/sink.py and gateway/dispatch.py."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import httptools
+import orjson
+import pytest
+from aiohttp.base_protocol import BaseProtocol
+from faults.harness import client_request
+
+from gateway.app import create_app
+from gateway.config import parse_config
+from gateway.dialects import DIALECTS, names
+from gateway.dispatch import CHAT_PATHS
+from gateway.exchange.sink import _sent
+from gateway.server import open_listeners
+from gateway.upstream import MemoryResponse, MemoryTransport, UpstreamRequest
+
+LAYERS = ("fast", "aiohttp")
+ORIGIN = "https://app.example"
+
+
+@dataclass
+class Answer:
+    status: int = 0
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytearray = field(default_factory=bytearray)
+    complete: bool = False
+
+
+def _parse(raw: bytes, n: int = 1) -> list[Answer]:
+    """The first ``n`` HTTP answers in ``raw`` (chunked bodies decoded)."""
+    answers: list[Answer] = []
+
+    class Sink:
+        def on_message_begin(self) -> None:
+            answers.append(Answer())
+
+        def on_headers_complete(self) -> None:
+            answers[-1].status = parser.get_status_code()
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            answers[-1].headers[name.decode().lower()] = value.decode()
+
+        def on_body(self, body: bytes) -> None:
+            answers[-1].body += body
+
+        def on_message_complete(self) -> None:
+            answers[-1].complete = True
+
+    parser = httptools.HttpResponseParser(Sink())
+    parser.feed_data(raw)
+    return answers[:n]
+
+
+@asynccontextmanager
+async def _gateway(dialect: str, layer: str) -> AsyncIterator[tuple[int, Any]]:
+    whole = orjson.dumps(DIALECTS[dialect].samples.responses["text"])
+
+    async def upstream(req: UpstreamRequest) -> MemoryResponse:  # whole: a stream is bridged
+        return MemoryResponse(200, {"Content-Type": "application/json"}, whole)
+
+    cfg = parse_config({
+        "server": {"http_layer": layer, "admin": False, "cors": {"allow_origins": [ORIGIN]}},
+        "upstreams": {"up": {"dialect": dialect, "url": "http://up.invalid/chat",
+                             "streaming": "never"}},
+        "routes": [{"path": "/chat", "dialect": dialect, "upstream": "up"}],
+    }, env={})
+    app = create_app(cfg, transport=MemoryTransport(upstream))
+    runner, _, _ = await open_listeners(app, cfg, "127.0.0.1", 0)
+    try:
+        yield runner.addresses[0][1], app
+    finally:
+        await runner.cleanup()
+
+
+def _request(dialect: str, *, stream: bool = False, method: str = "POST", version: str = "1.1",
+             extra: tuple[str, ...] = (), body: bytes | None = None) -> bytes:
+    path, parsed, headers = client_request(dialect, stream)
+    data = orjson.dumps(parsed) if body is None else body
+    head = [f"{method} {path} HTTP/{version}", "Host: 127.0.0.1",
+            "Content-Type: application/json", f"Content-Length: {len(data)}",
+            "X-Request-ID: rid-1", f"Origin: {ORIGIN}",
+            *(f"{k}: {v}" for k, v in headers.items()), *extra]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + data
+
+
+async def _exchange(port: int, raw: bytes, answers: int = 1, *, closes: bool = False,
+                    limit: float = 10.0) -> tuple[list[Answer], bool]:
+    """Send ``raw``; the answers read, and whether the gateway closed the connection after
+    (waited for up to ``limit`` when it should, ``closes``; else a glance of 50 ms)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    got = b""
+    closed = False
+    try:
+        async with asyncio.timeout(limit):
+            while True:
+                parsed = _parse(got, answers)
+                if len(parsed) == answers and all(a.complete for a in parsed):
+                    break
+                if got == b"":
+                    writer.write(raw)
+                chunk = await reader.read(65536)
+                if not chunk:
+                    closed = True
+                    break
+                got += chunk
+        if not closed:
+            try:
+                async with asyncio.timeout(limit if closes else 0.05):
+                    closed = await reader.read(1) == b""
+            except TimeoutError:
+                closed = False
+    finally:
+        writer.close()
+    return _parse(got, answers), closed
+
+
+def _shape(value: Any) -> Any:
+    """A JSON value's keys and types, not its values (some answers carry a time or an id)."""
+    if isinstance(value, dict):
+        return {k: _shape(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shape(v) for v in value]
+    return type(value).__name__
+
+
+def _comparable(a: Answer) -> tuple[int, dict[str, str], Any]:
+    headers = {k: v for k, v in a.headers.items() if k != "date"}
+    try:
+        body = _shape(orjson.loads(a.body))
+    except orjson.JSONDecodeError:  # a stream, or a text error
+        body = bytes(a.body) if "chunked" not in headers.get("transfer-encoding", "") else None
+    return a.status, headers, body
+
+
+def test_the_aiohttp_internals_the_direct_sink_leans_on() -> None:
+    """gateway/exchange/sink.py reads these; an aiohttp upgrade that moves them fails here."""
+    for keep in (True, False):
+        sent = _sent(keep)
+        assert sent.keep_alive is keep
+        # prepare and write_eof of an ended response return before they touch the request
+        assert asyncio.run(sent.prepare(None)) is None  # type: ignore[arg-type]
+        asyncio.run(sent.write_eof())
+    assert "_paused" in BaseProtocol.__slots__
+    assert asyncio.iscoroutinefunction(BaseProtocol._drain_helper)
+
+
+@pytest.mark.parametrize("dialect", names())
+@pytest.mark.parametrize("case", ["whole", "stream", "bad body", "GET", "bad method path"])
+async def test_both_layers_put_the_same_answer_on_the_wire(dialect: str, case: str) -> None:
+    """Status, headers (but ``Date``) and body are the same through either layer; asked twice,
+    so that the second request takes the fast layer's short way."""
+    raw = {"whole": _request(dialect), "stream": _request(dialect, stream=True),
+           "bad body": _request(dialect, body=b"{not json"),
+           "GET": _request(dialect, method="GET"),
+           "bad method path": _request(dialect).replace(b"/chat", b"/healthz", 1)}[case]
+    seen: dict[str, list[tuple[int, dict[str, str], Any]]] = {}
+    for layer in LAYERS:
+        async with _gateway(dialect, layer) as (port, app):
+            for _ in range(2):
+                answers, closed = await _exchange(port, raw)
+                assert answers and answers[0].complete and not closed, (layer, answers)
+                assert case != "stream" or answers[0].body, "a stream with frames"
+                seen.setdefault(layer, []).append(_comparable(answers[0]))
+            if case in ("whole", "stream", "bad body"):
+                assert app[CHAT_PATHS].paths, "the router's choice of a chat path is kept"
+    answers = seen["fast"] + seen["aiohttp"]
+    assert all(a == answers[0] for a in answers), seen
+    status, headers, body = answers[0]
+    if case in ("whole", "stream"):
+        assert status == 200 and headers["x-request-id"] == "rid-1"
+        assert headers["access-control-allow-origin"] == ORIGIN
+    if case == "whole":
+        assert body, "an answer with a body"
+    if case == "stream":
+        assert headers["transfer-encoding"] == "chunked"
+    if case == "bad body":
+        assert status == 400 and headers["content-type"].startswith("application/json")
+    if case == "GET":
+        assert status == 405 and headers.get("allow") == "POST, OPTIONS"
+
+
+@pytest.mark.parametrize("layer", LAYERS)
+async def test_http_1_0_and_connection_close_are_kept(layer: str) -> None:
+    dialect = names()[0]
+    async with _gateway(dialect, layer) as (port, _):
+        for _ in range(2):  # the second one through the fast layer's short way
+            # HTTP/1.0: closed after a whole answer unless the client asks to keep it
+            (a,), closed = await _exchange(port, _request(dialect, version="1.0"), closes=True)
+            assert a.status == 200 and "content-length" in a.headers and closed
+            assert "connection" not in a.headers
+            (a,), closed = await _exchange(
+                port, _request(dialect, version="1.0", extra=("Connection: keep-alive",)))
+            assert a.headers["connection"].lower() == "keep-alive" and not closed
+            # an HTTP/1.0 stream cannot be chunked: its end is the connection's close
+            (a,), closed = await _exchange(port, _request(dialect, stream=True, version="1.0"),
+                                           closes=True)
+            assert a.status == 200 and "transfer-encoding" not in a.headers and closed
+            assert a.body
+            # HTTP/1.1 asking to close
+            (a,), closed = await _exchange(port, _request(dialect, extra=("Connection: close",)),
+                                           closes=True)
+            assert a.headers["connection"].lower() == "close" and closed
+
+
+@pytest.mark.parametrize("layer", LAYERS)
+async def test_pipelined_requests_are_answered_in_order(layer: str) -> None:
+    dialect = names()[0]
+    async with _gateway(dialect, layer) as (port, _):
+        raw = b"".join(_request(dialect, stream=i == 1).replace(b"rid-1", b"rid-%d" % i)
+                       for i in range(4))
+        answers, closed = await _exchange(port, raw, answers=4)
+        assert [a.headers["x-request-id"] for a in answers] == [f"rid-{i}" for i in range(4)]
+        assert all(a.complete and a.status == 200 for a in answers) and not closed
+        assert answers[1].headers["transfer-encoding"] == "chunked"
