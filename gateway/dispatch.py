@@ -6,7 +6,8 @@ a POST to a path the router has already sent to a chat route, :func:`chat_dispat
 exchange at once: the router's answer for a path cannot change while the app runs (its routes
 are fixed at start; a reload changes which chat routes exist, and that is read per request).
 Every other request (other methods, the gateway's own endpoints, the history API, a path not
-yet seen) takes aiohttp's way, unchanged.
+yet seen, a request that sends ``Expect``, which the router's expect handler answers) takes
+aiohttp's way, unchanged.
 """
 
 from __future__ import annotations
@@ -53,7 +54,9 @@ def chat_dispatch(app: web.Application) -> Handler:
     env = app[ENV]
 
     async def dispatch(request: web.BaseRequest) -> web.StreamResponse:
-        if request.method == "POST" and request.path in paths:
+        # ``Expect: 100-continue`` is answered by the router's expect handler: aiohttp's way.
+        if request.method == "POST" and request.path in paths and \
+                "Expect" not in request.headers:
             runtime = holder.current
             entry = runtime.route_for(request.path)
             if entry is not None:  # else a reload removed the route: aiohttp's 404 way

@@ -224,3 +224,25 @@ async def test_pipelined_requests_are_answered_in_order(layer: str) -> None:
         assert [a.headers["x-request-id"] for a in answers] == [f"rid-{i}" for i in range(4)]
         assert all(a.complete and a.status == 200 for a in answers) and not closed
         assert answers[1].headers["transfer-encoding"] == "chunked"
+
+
+@pytest.mark.parametrize("layer", LAYERS)
+async def test_expect_100_continue_is_answered_before_the_body(layer: str) -> None:
+    """curl sends ``Expect: 100-continue`` with a body over 1 KiB and waits for the interim
+    answer before it sends the body."""
+    dialect = names()[0]
+    async with _gateway(dialect, layer) as (port, _):
+        for _ in range(2):  # the second one where the fast layer would take its short way
+            raw = _request(dialect, extra=("Expect: 100-continue",))
+            head, body = raw.split(b"\r\n\r\n", 1)
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            try:
+                writer.write(head + b"\r\n\r\n")
+                async with asyncio.timeout(5):
+                    interim = await reader.readuntil(b"\r\n\r\n")
+                    assert interim.startswith(b"HTTP/1.1 100 Continue"), interim
+                    writer.write(body)
+                    final = await reader.readuntil(b"\r\n\r\n")
+                assert final.startswith(b"HTTP/1.1 200"), final
+            finally:
+                writer.close()
