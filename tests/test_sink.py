@@ -246,3 +246,26 @@ async def test_expect_100_continue_is_answered_before_the_body(layer: str) -> No
                 assert final.startswith(b"HTTP/1.1 200"), final
             finally:
                 writer.close()
+
+
+@pytest.mark.parametrize("layer", LAYERS)
+async def test_a_gateway_bug_after_the_stream_began_cuts_it(
+        layer: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Never passed off as a clean finish: no last chunk, the connection closed."""
+    import gateway.exchange.answer as answer
+
+    write = answer.Answerer._write
+    calls = 0
+
+    async def failing(self: Any, resp: Any, data: bytes) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise RuntimeError("a bug in the gateway")
+        await write(self, resp, data)
+
+    monkeypatch.setattr(answer.Answerer, "_write", failing)
+    dialect = names()[0]
+    async with _gateway(dialect, layer) as (port, _):
+        (a,), closed = await _exchange(port, _request(dialect, stream=True), closes=True)
+    assert a.status == 200 and a.body and not a.complete and closed, (a, closed)

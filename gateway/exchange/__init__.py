@@ -94,15 +94,10 @@ async def serve(request: web.Request, env: Env, runtime: Runtime,
             # A gateway bug: logged and counted; an answer in the client's dialect when none
             # began, else the answer is cut (never passed off as a clean finish).
             env.log.exception("internal_error", request_id=request_id, path=entry.config.path)
-            if not answerer.progress.status:
-                await answerer.fail(ChatError(500, "internal gateway error",
-                                              code="INTERNAL_ERROR"))
-            else:
+            if answerer.progress.status:
                 answerer.progress.error = "internal gateway error"
-                cut = sink.cut()
-                if cut is None:
-                    raise
-                return cut
+                return sink.cut()
+            await answerer.fail(ChatError(500, "internal gateway error", code="INTERNAL_ERROR"))
         return sink.response()
     except asyncio.CancelledError:
         disconnected = True

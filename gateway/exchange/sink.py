@@ -56,9 +56,10 @@ class ResponseSink(Protocol):
     async def finish(self) -> None:
         """The stream's end."""
 
-    def cut(self) -> web.StreamResponse | None:
-        """The answer cannot go on (a gateway bug after it began): what to hand aiohttp so the
-        client sees a broken answer, never a clean finish; ``None``: raise, and aiohttp cuts."""
+    def cut(self) -> web.StreamResponse:
+        """The answer cannot go on (a gateway bug after it began): the connection is closed
+        where the answer stands, and this is what to hand aiohttp; the client sees a broken
+        answer, never a clean finish."""
 
     def response(self) -> web.StreamResponse:
         """What the aiohttp handler returns once the answer is done."""
@@ -88,8 +89,14 @@ class AiohttpSink:
         assert self._response is not None
         await self._response.write_eof()
 
-    def cut(self) -> web.StreamResponse | None:
-        return None
+    def cut(self) -> web.StreamResponse:
+        # Closed first: aiohttp's write_eof then fails on the closing transport (a client gone,
+        # to aiohttp), so no last chunk goes out, and nothing else either.
+        if self.request.transport is not None:
+            self.request.transport.close()
+        assert self._response is not None
+        self._response.force_close()
+        return self._response
 
     def response(self) -> web.StreamResponse:
         assert self._response is not None
@@ -215,7 +222,7 @@ class DirectSink:
         if self._protocol._paused:
             await self._protocol._drain_helper()
 
-    def cut(self) -> web.StreamResponse | None:
+    def cut(self) -> web.StreamResponse:
         self._keep_alive = False
         if self._tr is not None:
             self._tr.close()
