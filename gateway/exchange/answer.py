@@ -225,12 +225,17 @@ class Answerer:
         self.progress.status = 200
         return sink
 
-    async def _finish(self, resp: ResponseSink) -> None:
-        """The stream's end (its last chunk), where a client gone shows as on a write."""
+    async def _finish(self, resp: ResponseSink, last: bytes = b"") -> None:
+        """The stream's end (its ``last`` frames and last chunk), where a client gone shows as
+        on a write."""
+        t0 = time.perf_counter()
+        self.progress.sent_bytes += len(last)
         try:
-            await resp.finish()
+            await resp.finish(last)
         except (ConnectionError, aiohttp.ClientConnectionResetError) as e:
             raise ClientGone from e
+        finally:
+            self.progress.client_wait += time.perf_counter() - t0
 
     async def _write(self, resp: ResponseSink, data: bytes) -> None:
         t0 = time.perf_counter()
@@ -280,15 +285,14 @@ class Answerer:
             if tr.broken:
                 return await self._malformed(_stream_error(tr))
             resp = await self._start_stream()
-        if out:
-            await self._write(resp, out)
-            self._progressed(tr)
         self.progress.drop(tr.dropped)
         self.progress.usage = tr.usage
         self.progress.answered(tr.model, tr.finish_reason)
         if tr.error is not None:
             self.progress.error = tr.error.message
-        await self._finish(resp)
+        await self._finish(resp, out)
+        if out:
+            self._progressed(tr)
         return Answered(fault if fault != "ok" else "malformed" if tr.broken else "ok")
 
     def _progressed(self, tr: StreamTranslator) -> None:

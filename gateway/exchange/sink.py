@@ -48,13 +48,13 @@ class ResponseSink(Protocol):
         """The whole answer (``headers`` name its ``Content-Type``)."""
 
     async def start(self, headers: dict[str, str]) -> None:
-        """A 200 stream begins."""
+        """A 200 stream begins (its frames follow at once)."""
 
     async def write(self, data: bytes) -> None:
         """Frames of the stream."""
 
-    async def finish(self) -> None:
-        """The stream's end."""
+    async def finish(self, last: bytes = b"") -> None:
+        """The stream's end, after its ``last`` frames."""
 
     def cut(self) -> web.StreamResponse:
         """The answer cannot go on (a gateway bug after it began): the connection is closed
@@ -85,8 +85,10 @@ class AiohttpSink:
         assert self._response is not None
         await self._response.write(data)
 
-    async def finish(self) -> None:
+    async def finish(self, last: bytes = b"") -> None:
         assert self._response is not None
+        if last:
+            await self._response.write(last)
         await self._response.write_eof()
 
     def cut(self) -> web.StreamResponse:
@@ -143,7 +145,7 @@ _DATE = _Date()
 class DirectSink:
     """Writes the answer straight to the connection (see the module's docstring)."""
 
-    __slots__ = ("_chunked", "_cors", "_keep_alive", "_protocol", "_tr", "request")
+    __slots__ = ("_chunked", "_cors", "_head_due", "_keep_alive", "_protocol", "_tr", "request")
 
     def __init__(self, request: web.BaseRequest, cors: CorsConfig) -> None:
         self.request = request
@@ -153,6 +155,9 @@ class DirectSink:
         self._protocol = request.protocol
         self._tr = request.transport
         """The connection's transport: once it is lost, ``is_closing`` says so."""
+        self._head_due = b""
+        """A stream's status line and headers, sent with its first frames: one write (one
+        system call) less a stream, and the first byte goes out no later."""
 
     def _transport(self) -> asyncio.Transport:
         transport = self._tr
@@ -203,22 +208,28 @@ class DirectSink:
             await self._protocol._drain_helper()
 
     async def start(self, headers: dict[str, str]) -> None:
-        self._transport().write(self._head(200, headers, None))
-        if self._protocol._paused:
-            await self._protocol._drain_helper()
+        self._transport()  # a client already gone shows here
+        self._head_due = self._head(200, headers, None)
 
     async def write(self, data: bytes) -> None:
         transport = self._transport()
-        if self._chunked:
-            transport.write(b"%x\r\n%b\r\n" % (len(data), data))
-        else:
-            transport.write(data)
+        out = b"%x\r\n%b\r\n" % (len(data), data) if self._chunked else data
+        if self._head_due:
+            out, self._head_due = self._head_due + out, b""
+        transport.write(out)
         if self._protocol._paused:
             await self._protocol._drain_helper()
 
-    async def finish(self) -> None:
+    async def finish(self, last: bytes = b"") -> None:
+        # the last frames and the last chunk in one write (one system call less a stream)
+        out = self._head_due
+        self._head_due = b""
+        if last:
+            out += b"%x\r\n%b\r\n" % (len(last), last) if self._chunked else last
         if self._chunked:
-            self._transport().write(_END)
+            out += _END
+        if out:
+            self._transport().write(out)
         if self._protocol._paused:
             await self._protocol._drain_helper()
 
