@@ -58,9 +58,10 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
                      "gateway/carry.py", "gateway/canonical.py")),
     ("upstream hop", ("gateway/upstream/", "aiohttp/client", "aiohttp/connector.py",
                       "httptools/")),
-    # the sink writes the answer to the socket and the dispatch is the router's short way:
-    # server work, whoever does it (``server.http_layer``)
-    ("server", ("gateway/exchange/sink.py", "gateway/dispatch.py", "gateway/cors.py")),
+    # the sink writes the answer to the socket, the dispatch is the router's short way and the
+    # lane parses the chat POSTs: server work, whoever does it (``server.http_layer``)
+    ("server", ("gateway/exchange/sink.py", "gateway/dispatch.py", "gateway/cors.py",
+                "gateway/lane.py", "gateway/edge.py")),
     ("exchange glue", ("gateway/exchange/", "gateway/balancer.py", "gateway/handlers.py",
                        "gateway/app.py", "gateway/runtime.py")),
     ("server", ("aiohttp/",)),

@@ -6,12 +6,12 @@ from __future__ import annotations
 import hmac
 from collections.abc import Sequence
 
-from aiohttp import web
+from gateway.incoming import ClientRequest
 
 __all__ = ["accepted_key", "presented_key"]
 
 
-def presented_key(request: web.Request) -> str | None:
+def presented_key(request: ClientRequest) -> str | None:
     """The key a client presented: ``Authorization: Bearer <key>``, ``api-key: <key>`` (Azure's
     spelling) or ``x-api-key: <key>`` (Anthropic's)."""
     for header in ("api-key", "x-api-key"):
@@ -24,7 +24,7 @@ def presented_key(request: web.Request) -> str | None:
     return None
 
 
-def accepted_key(request: web.Request, keys: Sequence[str]) -> str | None:
+def accepted_key(request: ClientRequest, keys: Sequence[str]) -> str | None:
     """The configured key the client presented, or ``None`` (compared in constant time)."""
     given = presented_key(request)
     if given is None:

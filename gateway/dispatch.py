@@ -12,23 +12,25 @@ aiohttp's way, unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import cast
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, cast
 
 from aiohttp import web
 
 from gateway.exchange import serve
 from gateway.keys import ENV, RUNTIME
+from gateway.lane import LaneHandler, LaneRequest, LaneRouter
 
-__all__ = ["CHAT_PATHS", "ChatPaths", "chat_dispatch"]
+__all__ = ["CHAT_PATHS", "ChatPaths", "chat_dispatch", "chat_lane"]
 
 Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
 
 
 class ChatPaths:
-    """Request paths aiohttp's router sent to a configured chat route. Bounded: a client picks
-    paths (``/chat/``, ``/chat//``, …), so past :attr:`LIMIT` new ones are not remembered (they
-    keep aiohttp's way)."""
+    """Request paths aiohttp's router sent to a configured chat route, each as the client sent
+    it (a path aiohttp decoded is not kept: :mod:`gateway.lane` reads paths raw). Bounded: a
+    client picks paths (``/chat/``, ``/chat//``, …), so past :attr:`LIMIT` new ones are not
+    remembered (they keep aiohttp's way)."""
 
     __slots__ = ("paths",)
     LIMIT = 4096
@@ -65,3 +67,27 @@ def chat_dispatch(app: web.Application) -> Handler:
         return await handle(request)
 
     return dispatch
+
+
+def chat_lane(app: web.Application) -> LaneRouter:
+    """What the chat routes' short lane (:mod:`gateway.lane`) takes: a POST to a path of
+    :class:`ChatPaths` whose route still exists, with a body up to ``server.max_body_bytes``
+    (a larger one gets its 413 by aiohttp's way)."""
+    paths = app[CHAT_PATHS].paths
+    holder = app[RUNTIME]
+    env = app[ENV]
+
+    def route(path: str) -> tuple[LaneHandler, int] | None:
+        if path not in paths:
+            return None
+        runtime = holder.current
+        entry = runtime.route_for(path)
+        if entry is None:
+            return None
+
+        def handler(request: LaneRequest) -> Coroutine[Any, Any, web.StreamResponse]:
+            return serve(request, env, runtime, entry)
+
+        return handler, runtime.config.server.max_body_bytes
+
+    return route

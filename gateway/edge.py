@@ -44,6 +44,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestHandler
 
 from gateway.config import ServerConfig
+from gateway.lane import Lane, LaneRouter
 from gateway.log import get_logger
 
 __all__ = ["BadBody", "BodyTimeout", "Edge", "EdgeProtocol", "EdgeRunner",
@@ -128,11 +129,17 @@ def edge_for(server: ServerConfig, on_drop: Callable[[str], None] | None = None)
 class EdgeProtocol(RequestHandler):
     """aiohttp's HTTP/1 protocol with the edge's limits (see the module's docstring)."""
 
-    __slots__ = ("_admitted", "_edge", "_idle_since", "_last_data", "_timer")
+    __slots__ = ("_admitted", "_edge", "_idle_since", "_lane", "_lane_router", "_last_data",
+                 "_timer")
 
-    def __init__(self, edge: Edge, manager: web.Server, **kwargs: Any) -> None:
+    def __init__(self, edge: Edge, manager: web.Server, lane_router: LaneRouter | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
         self._edge = edge
+        self._lane_router = lane_router
+        self._lane: Lane | None = None
+        """The chat routes' short lane (:mod:`gateway.lane`), on the main listener with
+        ``server.http_layer: fast``."""
         self._admitted = False
         self._timer: asyncio.TimerHandle | None = None
         self._idle_since = 0.0
@@ -150,6 +157,8 @@ class EdgeProtocol(RequestHandler):
         self._admitted = True
         edge.open += 1
         super().connection_made(transport)
+        if self._lane_router is not None:
+            self._lane = Lane(self, self._lane_router, cast(asyncio.Transport, transport))
         self._idle_since = self._last_data = self._loop.time()
         self._timer = self._loop.call_at(self._idle_since + edge.header_timeout, self._check)
 
@@ -162,9 +171,18 @@ class EdgeProtocol(RequestHandler):
             self._timer.cancel()
             self._timer = None
         super().connection_lost(exc)
+        if self._lane is not None:
+            self._lane.lost()
 
     def data_received(self, data: bytes) -> None:
         self._last_data = self._loop.time()
+        if self._lane is not None:
+            self._lane.data(data)
+        else:
+            self.aiohttp_data(data)
+
+    def aiohttp_data(self, data: bytes) -> None:
+        """``data`` for aiohttp's parser."""
         queued = len(self._messages)
         super().data_received(data)
         # A message queued while a handler runs: a pipelined request, or the parser's error.
@@ -184,6 +202,32 @@ class EdgeProtocol(RequestHandler):
         _warn_bad_request(exc, request.remote)
         self.close()
         request.content.set_exception(BadBody(exc.message))
+
+    def idle_between_requests(self) -> bool:
+        """aiohttp waits for a request's head, with none queued and none in progress."""
+        waiter = self._waiter
+        return (waiter is not None and not waiter.done() and not self._messages
+                and self._current_request is None and not self._upgraded
+                and self._payload_parser is None)
+
+    def answered(self) -> None:
+        """A lane request's answer is done, the connection kept: as aiohttp after its own, the
+        next head is due ``header_timeout`` from now, and the keep-alive timer starts again."""
+        loop = self._loop
+        now = self._idle_since = loop.time()
+        if self._keepalive_timeout > 0:
+            self._next_keepalive_close_time = now + self._keepalive_timeout
+            if self._keepalive_handle is None:
+                self._keepalive_handle = loop.call_at(self._next_keepalive_close_time,
+                                                      self._process_keepalive)
+
+    def _process_keepalive(self) -> None:
+        lane = self._lane
+        if lane is not None and lane.busy():  # aiohttp sees no request: the lane has one
+            self._keepalive_handle = None
+            self.answered()
+            return
+        super()._process_keepalive()
 
     async def finish_response(self, request: web.BaseRequest, resp: web.StreamResponse,
                               start_time: float | None) -> tuple[web.StreamResponse, bool]:
@@ -217,8 +261,13 @@ class EdgeProtocol(RequestHandler):
             return
         edge = self._edge
         now = self._loop.time()
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():  # waiting for a request head
+        lane = self._lane
+        if lane is not None and lane.on:
+            waiting = lane.waiting_for_head()
+        else:
+            waiter = self._waiter
+            waiting = waiter is not None and not waiter.done()
+        if waiting:  # for a request head
             due = self._idle_since + edge.header_timeout
             if now >= due:
                 edge.dropped("header_timeout")
@@ -227,7 +276,16 @@ class EdgeProtocol(RequestHandler):
         else:
             due = now + min(edge.header_timeout, edge.body_timeout)
             request = self._current_request
-            if request is not None and self._starved(request):
+            if lane is not None and lane.on:
+                if lane.reading_body() and self.transport.is_reading():
+                    quiet_until = self._last_data + edge.body_timeout
+                    if now >= quiet_until:
+                        edge.dropped("body_timeout")
+                        self.close()  # after the handler's answer (a 408), not before
+                        lane.body_timed_out(BodyTimeout())
+                        return
+                    due = min(due, quiet_until)
+            elif request is not None and self._starved(request):
                 quiet_until = self._last_data + edge.body_timeout
                 if now >= quiet_until:
                     edge.dropped("body_timeout")
@@ -252,9 +310,10 @@ def _warn_bad_request(exc: HttpProcessingError, peer: str | None) -> None:
 
 class _EdgeServer(web.Server):
     edge: Edge
+    lane_router: LaneRouter | None = None
 
     def __call__(self) -> RequestHandler:
-        return EdgeProtocol(self.edge, self, loop=self._loop, **self._kwargs)
+        return EdgeProtocol(self.edge, self, self.lane_router, loop=self._loop, **self._kwargs)
 
 
 class EdgeRunner(web.AppRunner):
@@ -265,6 +324,12 @@ class EdgeRunner(web.AppRunner):
     def __init__(self, app: web.Application, edge: Edge, **kwargs: Any) -> None:
         super().__init__(app, **kwargs)
         self.edge = edge
+
+    def use_lane(self, router: LaneRouter) -> None:
+        """Connections accepted from now on take the chat routes' short lane
+        (:mod:`gateway.lane`)."""
+        assert self.server is not None
+        cast(_EdgeServer, self.server).lane_router = router
 
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()

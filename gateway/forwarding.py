@@ -15,7 +15,7 @@ import functools
 import ipaddress
 from collections.abc import Sequence
 
-from aiohttp import web
+from gateway.incoming import ClientRequest
 
 __all__ = ["client_address", "forwarded_headers", "trusted_networks"]
 
@@ -42,7 +42,7 @@ def _trusted(address: str, networks: tuple[Network, ...]) -> bool:
     return any(ip in n for n in networks)
 
 
-def client_address(request: web.Request, trusted: Sequence[str]) -> str | None:
+def client_address(request: ClientRequest, trusted: Sequence[str]) -> str | None:
     """The client's address: the peer, or when the peer is a trusted proxy, the first address
     of its ``X-Forwarded-For`` chain (from the right) that is not a trusted proxy."""
     peer = request.remote
@@ -59,7 +59,7 @@ def client_address(request: web.Request, trusted: Sequence[str]) -> str | None:
     return hops[0] if hops else peer  # every hop a proxy of ours: the farthest is the client
 
 
-def forwarded_headers(request: web.Request, trusted: Sequence[str]) -> dict[str, str]:
+def forwarded_headers(request: ClientRequest, trusted: Sequence[str]) -> dict[str, str]:
     """``X-Forwarded-For`` and ``X-Forwarded-Proto`` for the upstream request."""
     peer = request.remote or ""
     if trusted and peer and _trusted(peer, trusted_networks(trusted)):

@@ -35,8 +35,10 @@ async def chat(request: web.Request) -> web.StreamResponse:
                         request.app[ENV], runtime.config.server.trusted_proxies)
     if request.method == "OPTIONS" and runtime.config.server.cors.allow_origins:
         return web.Response(status=204)  # the CORS headers are added as it is prepared
-    if request.method == "POST":  # the router sent this path here: next time it may go straight
-        request.app[CHAT_PATHS].add(request.path)  # (gateway.dispatch)
+    # the router sent this POST here: next time it may go straight (gateway.dispatch), when
+    # its path is as the client sent it
+    if request.method == "POST" and request.rel_url.raw_path == request.path:
+        request.app[CHAT_PATHS].add(request.path)
     return await serve(request, request.app[ENV], runtime, entry)
 
 

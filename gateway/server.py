@@ -26,7 +26,7 @@ from aiohttp import web
 from gateway.admin import start_admin_listener
 from gateway.app import create_app
 from gateway.config import GatewayConfig, load_config
-from gateway.dispatch import chat_dispatch
+from gateway.dispatch import chat_dispatch, chat_lane
 from gateway.edge import Edge, EdgeRunner, edge_for
 from gateway.keys import METRICS, RELOADER
 from gateway.log import configure_logging, get_logger
@@ -78,6 +78,7 @@ async def open_listeners(app: web.Application, config: GatewayConfig, host: str,
     if config.server.http_layer == "fast":  # the app has started: its exchange env exists
         assert runner.server is not None
         runner.server.request_handler = chat_dispatch(app)
+        runner.use_lane(chat_lane(app))
     site = web.TCPSite(runner, host, port, reuse_port=reuse_port or None, backlog=1024)
     try:
         await site.start()

@@ -26,7 +26,6 @@ import time
 from collections.abc import MutableMapping
 from typing import TYPE_CHECKING, Any
 
-from aiohttp import web
 from opentelemetry import trace as otel
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import SERVICE_NAME, SERVICE_VERSION, Resource
@@ -37,6 +36,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from yarl import URL
 
+from gateway.incoming import ClientRequest
 from gateway.log import redact_url
 from gateway.tracing_settings import DEFAULT_SERVICE_NAME, TracingSettings
 from gateway.worker_status import version
@@ -84,7 +84,7 @@ class Tracing:
         self.tracer = self._provider.get_tracer("chat-gateway", version())
         self.propagator = TraceContextTextMapPropagator()
 
-    def begin(self, request: web.Request, entry: RouteEntry) -> RequestTrace:
+    def begin(self, request: ClientRequest, entry: RouteEntry) -> RequestTrace:
         """The server span of one chat request, child of the client's ``traceparent``."""
         return RequestTrace(self, request, entry)
 
@@ -98,7 +98,7 @@ class RequestTrace:
 
     __slots__ = ("_attempts", "_context", "_tracing", "server")
 
-    def __init__(self, tracing: Tracing, request: web.Request, entry: RouteEntry) -> None:
+    def __init__(self, tracing: Tracing, request: ClientRequest, entry: RouteEntry) -> None:
         self._tracing = tracing
         route = entry.config.path
         parent = tracing.propagator.extract(request.headers)

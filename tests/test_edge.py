@@ -32,6 +32,7 @@ from faults.harness import client_request
 from gateway.app import create_app
 from gateway.config import GatewayConfig, parse_config
 from gateway.dialects import DIALECTS, Dialect, names
+from gateway.dispatch import CHAT_PATHS
 from gateway.edge import Edge, EdgeProtocol, default_max_connections
 from gateway.keys import METRICS
 from gateway.log import configure_logging
@@ -96,7 +97,10 @@ class Running:
 
 
 @contextlib.asynccontextmanager
-async def running(dialect: str, pause: float = 0.0, **server: Any) -> AsyncIterator[Running]:
+async def running(dialect: str, pause: float = 0.0, *, lane: bool = False,
+                  **server: Any) -> AsyncIterator[Running]:
+    """The gateway on ``dialect``; with ``lane``, its route's paths are known to the router
+    already, so that the first POST takes the short lane (gateway/lane.py)."""
     d = DIALECTS[dialect]
 
     async def upstream(req: UpstreamRequest) -> MemoryResponse:
@@ -106,6 +110,9 @@ async def running(dialect: str, pause: float = 0.0, **server: Any) -> AsyncItera
     app = create_app(cfg, transport=MemoryTransport(upstream))
     runner, admin, edge = await open_listeners(app, cfg, "127.0.0.1", 0)
     assert admin is not None
+    if lane:
+        for stream in (False, True):
+            app[CHAT_PATHS].add(client_request(dialect, stream)[0])
     try:
         assert runner.server is not None
         yield Running(app, edge, runner.addresses[0][1], admin.addresses[0][1], dialect,
@@ -322,11 +329,12 @@ async def test_slow_header_clients_neither_slow_others_nor_keep_descriptors(
 # --- body_timeout ------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("lane", [False, True])
 @pytest.mark.parametrize("dialect", names())
-async def test_a_body_that_stops_gets_408_in_the_routes_dialect(dialect: str) -> None:
+async def test_a_body_that_stops_gets_408_in_the_routes_dialect(dialect: str, lane: bool) -> None:
     """``Content-Length: 1000``, 57 bytes, then silence: 408 in the route's dialect (its own
     error rendering) after body_timeout, and the connection closed."""
-    async with running(dialect) as gw:
+    async with running(dialect, lane=lane) as gw:
         head, body = _ask(dialect)
         head = head.replace(f"Content-Length: {len(body)}".encode(), b"Content-Length: 1000")
         reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
@@ -351,11 +359,12 @@ async def test_a_body_that_stops_gets_408_in_the_routes_dialect(dialect: str) ->
                                        "status": "408"}) == 1
 
 
-async def test_a_body_that_keeps_coming_is_read_past_body_timeout() -> None:
+@pytest.mark.parametrize("lane", [False, True])
+async def test_a_body_that_keeps_coming_is_read_past_body_timeout(lane: bool) -> None:
     """body_timeout bounds each silence, not the body: a body sent in pieces 0.4 s apart over
     more than twice body_timeout is answered."""
     dialect = names()[0]
-    async with running(dialect) as gw:
+    async with running(dialect, lane=lane) as gw:
         head, body = _ask(dialect)
         reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
         writer.write(head)
@@ -601,7 +610,7 @@ class _Disconnect:
         return wrapped
 
 
-@pytest.mark.parametrize("layer", ["fast", "aiohttp"])
+@pytest.mark.parametrize("layer", ["lane", "fast", "aiohttp"])
 @pytest.mark.parametrize("mode", ["raise", "close"])
 async def test_a_client_gone_at_any_await_of_a_stream_is_never_a_500(
         monkeypatch: pytest.MonkeyPatch, logs: io.StringIO, caplog: pytest.LogCaptureFixture,
@@ -617,7 +626,8 @@ async def test_a_client_gone_at_any_await_of_a_stream_is_never_a_500(
         assert n < 50, "the stream start never completed"
         with monkeypatch.context() as patch:
             cut = _Disconnect(patch, n, mode)
-            async with running(dialect, http_layer=layer) as gw:
+            async with running(dialect, http_layer="fast" if layer == "lane" else layer,
+                               lane=layer == "lane") as gw:
                 head, body = _ask(dialect, stream=True)
                 reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
                 writer.write(head + body)

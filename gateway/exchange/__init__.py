@@ -26,6 +26,7 @@ from gateway.exchange.headers import upstream_headers
 from gateway.exchange.outcome import NONE, Outcome, record
 from gateway.exchange.sink import AiohttpSink, DirectSink, ResponseSink
 from gateway.forwarding import client_address
+from gateway.incoming import ClientRequest
 from gateway.metrics import Metrics
 from gateway.runtime import RouteEntry, Runtime
 from gateway.traffic import RecentTraffic
@@ -53,15 +54,16 @@ class Env:
     at start): :class:`~.sink.DirectSink`."""
 
 
-def sink_for(request: web.Request, env: Env, runtime: Runtime) -> ResponseSink:
+def sink_for(request: ClientRequest, env: Env, runtime: Runtime) -> ResponseSink:
     """How this request's answer is written (:attr:`Env.direct`; a POST only, so that HEAD and
     OPTIONS keep aiohttp's handling)."""
     if env.direct and request.method == "POST":
         return DirectSink(request, runtime.config.server.cors)
+    assert isinstance(request, web.BaseRequest)  # the lane's requests are direct POSTs
     return AiohttpSink(request)
 
 
-async def serve(request: web.Request, env: Env, runtime: Runtime,
+async def serve(request: ClientRequest, env: Env, runtime: Runtime,
                 entry: RouteEntry) -> web.StreamResponse:
     """Serve one request on one route; returns what the aiohttp handler returns (the answer
     itself, or one already written: :mod:`.sink`)."""
@@ -114,7 +116,7 @@ async def serve(request: web.Request, env: Env, runtime: Runtime,
 
 
 def _outcome(entry: RouteEntry, request_id: str, started: float, answerer: Answerer,
-             attempts: AttemptLog, stream: bool, disconnected: bool, request: web.Request,
+             attempts: AttemptLog, stream: bool, disconnected: bool, request: ClientRequest,
              runtime: Runtime, model: str | None, trace: RequestTrace | None) -> Outcome:
     p = answerer.progress
     return Outcome(
@@ -133,7 +135,7 @@ def _outcome(entry: RouteEntry, request_id: str, started: float, answerer: Answe
         finish_reason=p.finish_reason, trace=trace)
 
 
-def _headers_for(request: web.Request, runtime: Runtime, request_id: str) -> Any:
+def _headers_for(request: ClientRequest, runtime: Runtime, request_id: str) -> Any:
     def headers(state: UpstreamState, dialect: Dialect, stream: bool) -> dict[str, str]:
         return upstream_headers(request, runtime.config, state.config, dialect, stream,
                                 request_id)

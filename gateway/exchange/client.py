@@ -14,6 +14,7 @@ from gateway.canonical import ChatError, ChatRequest
 from gateway.config import GatewayConfig
 from gateway.edge import BadBody, BodyTimeout
 from gateway.errors import ParseError
+from gateway.incoming import ClientRequest
 from gateway.pipeline import parse_body
 from gateway.runtime import RouteEntry
 
@@ -29,7 +30,7 @@ class Refused(Exception):
         self.headers = headers or {}
 
 
-def request_id_of(request: web.Request) -> str:
+def request_id_of(request: ClientRequest) -> str:
     """The client's ``X-Request-ID`` when it is a sane token, else a new one."""
     rid = request.headers.get("X-Request-ID", "")
     if rid and len(rid) <= 128 and rid.isprintable() and rid.isascii():
@@ -37,7 +38,7 @@ def request_id_of(request: web.Request) -> str:
     return os.urandom(16).hex()  # the shape of uuid4().hex at a quarter of its cost
 
 
-async def read_chat_request(request: web.Request, entry: RouteEntry,
+async def read_chat_request(request: ClientRequest, entry: RouteEntry,
                             config: GatewayConfig) -> ChatRequest:
     """The client's request in canonical form, or :class:`Refused`."""
     if request.method != "POST":
@@ -57,7 +58,7 @@ async def read_chat_request(request: web.Request, entry: RouteEntry,
     return req
 
 
-async def _read_body(request: web.Request, limit: int) -> bytes:
+async def _read_body(request: ClientRequest, limit: int) -> bytes:
     try:
         return await _read_bounded(request, limit)
     except BodyTimeout:  # the edge's body_timeout (gateway.edge); it closes the connection
@@ -68,7 +69,7 @@ async def _read_body(request: web.Request, limit: int) -> bytes:
                       {"Connection": "close"}) from None
 
 
-async def _read_bounded(request: web.Request, limit: int) -> bytes:
+async def _read_bounded(request: ClientRequest, limit: int) -> bytes:
     too_large = Refused(ChatError(413, f"the request body is over {limit} bytes",
                                   code="PAYLOAD_TOO_LARGE"))
     length = request.content_length
@@ -87,7 +88,7 @@ async def _read_bounded(request: web.Request, limit: int) -> bytes:
     return bytes(buf)
 
 
-def _wants_stream(request: web.Request, entry: RouteEntry, req: ChatRequest) -> bool:
+def _wants_stream(request: ClientRequest, entry: RouteEntry, req: ChatRequest) -> bool:
     if entry.stream is not None:
         return entry.stream
     if req.stream:

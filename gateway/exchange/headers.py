@@ -4,11 +4,10 @@ agent, forwarding chain), and last the upstream's configured ``headers``, which 
 
 from __future__ import annotations
 
-from aiohttp import web
-
 from gateway.config import GatewayConfig, ServerConfig, UpstreamConfig
 from gateway.dialects import Dialect
 from gateway.forwarding import forwarded_headers
+from gateway.incoming import ClientRequest
 
 __all__ = ["passed_headers", "upstream_headers"]
 
@@ -20,7 +19,7 @@ organization); a backend that does not know these headers ignores them."""
 _TRACE_CONTEXT = ("traceparent", "tracestate")
 
 
-def upstream_headers(request: web.Request, config: GatewayConfig, up: UpstreamConfig,
+def upstream_headers(request: ClientRequest, config: GatewayConfig, up: UpstreamConfig,
                      dialect: Dialect, stream: bool, request_id: str) -> dict[str, str]:
     headers = {"Content-Type": _JSON, "X-Request-ID": request_id}
     if stream:  # some backends choose the stream by this header alone (as the dialect says)
@@ -37,7 +36,7 @@ def upstream_headers(request: web.Request, config: GatewayConfig, up: UpstreamCo
     return headers
 
 
-def passed_headers(request: web.Request, server: ServerConfig) -> dict[str, str]:
+def passed_headers(request: ClientRequest, server: ServerConfig) -> dict[str, str]:
     """What the client's request hands on to every upstream: its trace context (W3C
     ``traceparent`` and ``tracestate``; replaced by the gateway's own span when tracing is on),
     its ``User-Agent`` as ``server.upstream_user_agent`` says, and ``X-Forwarded-For`` /

@@ -38,6 +38,7 @@ from aiohttp.http import SERVER_SOFTWARE
 
 from gateway.config import CorsConfig
 from gateway.cors import cors_headers
+from gateway.incoming import ClientRequest
 
 __all__ = ["AiohttpSink", "DirectSink", "ResponseSink"]
 
@@ -148,7 +149,7 @@ class DirectSink:
 
     __slots__ = ("_chunked", "_cors", "_head_due", "_keep_alive", "_protocol", "_tr", "request")
 
-    def __init__(self, request: web.BaseRequest, cors: CorsConfig) -> None:
+    def __init__(self, request: ClientRequest, cors: CorsConfig) -> None:
         self.request = request
         self._cors = cors
         self._keep_alive = request.keep_alive
