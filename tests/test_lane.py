@@ -272,3 +272,52 @@ async def test_a_client_gone_mid_stream_cancels_the_lane_exchange(started: list[
         assert await _until(lambda: gone() == 1, 5.0)
         assert not [t for t in asyncio.all_tasks() if "serve" in repr(t.get_coro())]
     assert len(started) == 1
+
+
+KINDS = {
+    "lane": (lambda i: ask(rid=f"f{i}"), 200),
+    "lane stream": (lambda i: ask(stream=True, rid=f"f{i}"), 200),
+    "chunked": (lambda i: ask(rid=f"f{i}", chunked=True), 200),
+    "unknown path": (lambda i: ask(rid=f"f{i}", path="/nowhere"), 404),
+    "GET": (lambda i: GET_HEALTH.replace(b"rid-get", b"f%d" % i), 200),
+    "lane HTTP/1.0 keep-alive": (lambda i: ask(rid=f"f{i}").replace(
+        b"HTTP/1.1", b"HTTP/1.0", 1).replace(b"Host:", b"Connection: keep-alive\r\nHost:", 1),
+        200),
+}
+
+
+@pytest.mark.parametrize("seed", range(12))
+async def test_any_mix_of_requests_in_any_packets_is_answered_in_order(
+        seed: int, started: list[str]) -> None:
+    """Random requests of every kind, pipelined or one by one, cut into random packets: every
+    answer comes, in order, with its status; the connection stays open."""
+    import random
+
+    rng = random.Random(seed)
+    kinds = [rng.choice(list(KINDS)) for _ in range(rng.randint(3, 9))]
+    raw = [KINDS[k][0](i) for i, k in enumerate(kinds)]
+    async with gateway() as (port, _, _), connect(port) as c:
+        if rng.random() < 0.5:  # pipelined: everything at once, cut anywhere
+            data = b"".join(raw)
+            cuts = sorted(rng.sample(range(1, len(data)), min(len(data) - 1, rng.randint(0, 12))))
+            for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True):
+                c.writer.write(data[a:b])
+                await c.writer.drain()
+                await asyncio.sleep(rng.choice((0, 0, 0.002)))
+            answers = await c.answers(len(raw))
+        else:  # one by one, each cut in two
+            answers = []
+            for r in raw:
+                cut = rng.randint(1, len(r) - 1)
+                c.writer.write(r[:cut])
+                await c.writer.drain()
+                await asyncio.sleep(0)
+                answers += await c.send(r[cut:])
+        assert [a.status for a in answers] == [KINDS[k][1] for k in kinds], (kinds, answers)
+        got = [r for r, k in zip(rids(answers), kinds, strict=True) if k != "GET"]
+        assert got == [f"f{i}" for i, k in enumerate(kinds) if k != "GET"]
+    lane = [k.startswith("lane") for k in kinds]
+    first_others = lane.index(False) if False in lane else len(lane)
+    # the lane's requests ahead of any other are the lane's; after one, maybe (aiohttp may
+    # still be finishing its answer when the next bytes come)
+    assert first_others <= len(started) <= sum(lane), (kinds, started)
