@@ -567,18 +567,22 @@ class StreamTranslator:
                 break
         return out
 
+    def _catch_up(self) -> None:
+        """Identity mode, before the encoder writes anything: the client saw the upstream's own
+        payloads, so the encoder is brought to that state first, so that what it writes (an
+        error event) continues what was shown (same id, content kept). Only then: the identity
+        stream's own end (a finish the upstream already sent) writes nothing and replays
+        nothing."""
+        for e in self._replay:
+            # What it writes is thrown away: a payload it could not write (nested too deeply)
+            # went to the client as it came, and only the encoder's state matters.
+            with contextlib.suppress(orjson.JSONEncodeError, RecursionError):
+                self._encoder.encode(e)
+        self._replay = []
+
     def _events(self, events: list[StreamEvent]) -> bytes:
         if self._gate is not None:
             events = self._gate.filter(events)
-        if self._identity and self._replay:
-            # The client saw the upstream's own payloads: bring the encoder to that state, so
-            # that its error event continues what was shown (same id, content kept).
-            for e in self._replay:
-                # What it writes is thrown away: a payload it could not write (nested too
-                # deeply) went to the client as it came, and only the encoder's state matters.
-                with contextlib.suppress(orjson.JSONEncodeError, RecursionError):
-                    self._encoder.encode(e)
-            self._replay = []
         out: list[Payload] = []
         try:
             for e in events:
@@ -608,6 +612,8 @@ class StreamTranslator:
                     if not isinstance(e, StreamStart):
                         out.extend(self._encoder.encode(
                             StreamStart(session_state=self._req.session_state)))
+                if self._replay:
+                    self._catch_up()
                 out.extend(self._encoder.encode(e))
                 if self.done:
                     break
@@ -617,6 +623,8 @@ class StreamTranslator:
             self._in.broken = self._in.ended = True
             self.error = StreamError("the upstream sent a chunk nested too deeply to pass on")
             self.done = True
+            if self._replay:
+                self._catch_up()
             out.extend(self._encoder.encode(self.error))
         self.chunks += len(out)
         frame = self._frame
