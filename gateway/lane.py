@@ -13,7 +13,8 @@ on) and starts the exchange in a task at once, with a :class:`LaneRequest` for a
 Everything else stays aiohttp's, on the same connection. The lane keeps a request's bytes
 until its head is complete; a request it does not take (another method or path, ``Expect``,
 ``Upgrade``, a body that is chunked, has no ``Content-Length`` or is over
-``server.max_body_bytes``, a head the parser refuses) is handed to aiohttp's parser from its
+``server.max_body_bytes``, a head over aiohttp's 8190-byte limit or one the parser refuses) is
+handed to aiohttp's parser from its
 first byte, and aiohttp answers it as before (its 400s included). When aiohttp is idle again
 between two requests (its parser at a message's end, which a second httptools parser fed the
 same bytes tells), the lane takes the next request back. A request always starts at a byte the
@@ -48,6 +49,11 @@ __all__ = ["Lane", "LaneHandler", "LaneRequest", "LaneRouter"]
 LaneHandler = Callable[["LaneRequest"], Coroutine[Any, Any, web.StreamResponse]]
 LaneRouter = Callable[[str], "tuple[LaneHandler, int] | None"]
 """A request path's lane handler and the largest body it takes, or ``None``: not the lane's."""
+
+HEAD_LIMIT = 8190
+"""A head longer than this is aiohttp's to judge (its line and field limits, 8190 bytes each,
+answer 400): the lane takes no head aiohttp could refuse, and does not keep any number of bytes
+of a head that does not end."""
 
 PENDING_LIMIT = 1 << 16
 """Pipelined bytes held while an answer is in progress before the connection stops reading
@@ -282,6 +288,9 @@ class Lane:
                 self._start()
             elif self.task is None and self._complete:  # answered before its body ended
                 self._next()
+        elif self._fed > HEAD_LIMIT:
+            self._parser = None
+            self._handoff()
 
     def _handoff(self) -> None:
         data = b"".join(self._chunks)
@@ -355,6 +364,11 @@ class Lane:
             pairs.append((name, value))
         if length < 0:
             return None
+        chunks = self._chunks
+        buf = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        end = buf.find(b"\r\n\r\n") + 4
+        if end > HEAD_LIMIT or end == 3:
+            return None
         path = raw_path.decode("ascii", "replace")
         routed = self._router(path)
         if routed is None or length > routed[1]:
@@ -362,9 +376,6 @@ class Lane:
         self._handler = routed[0]
         # Where the request ends, to know where a pipelined one begins: trusted only when the
         # head is all CRLF lines (one per header, the request line and the empty one).
-        chunks = self._chunks
-        buf = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        end = buf.find(b"\r\n\r\n") + 4
         head = buf[:end]
         lines = head.count(b"\r\n")
         self._exact = end > 3 and lines == len(self._headers) + 2 and head.count(b"\n") == lines
@@ -413,8 +424,11 @@ class Lane:
     def _next(self) -> None:
         """The request is answered and its body read: on to the next one."""
         self._reset()
-        data, self._pending = self._pending, b""
         proto = self._proto
+        if proto._close:  # closing after this answer (a shutdown, or pipelining the lane
+            proto.force_close()  # could not follow)
+            return
+        data, self._pending = self._pending, b""
         if proto.transport is not None and not proto.transport.is_reading():
             proto.transport.resume_reading()
         if data:

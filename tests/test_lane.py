@@ -15,7 +15,7 @@ import orjson
 import pytest
 from faults.harness import client_request
 from test_edge import HEADER_TIMEOUT, MARGIN, _closed_within, _until, running
-from test_sink import _parse
+from test_sink import _gateway, _parse
 
 import gateway.lane as lane_module
 from gateway.app import create_app
@@ -205,6 +205,31 @@ async def test_a_request_the_parser_refuses_after_a_lane_answer_is_aiohttps_400(
         answers = _parse(got, 2)
         assert [a.status for a in answers] == [200, 400] and closed, got[:400]
         assert len(started) == 1
+
+
+async def test_a_head_that_grows_past_the_lanes_limit_is_aiohttps_to_judge(
+        started: list[str]) -> None:
+    """The lane keeps a head's bytes until it is complete: not without bound. A head with a 64
+    KiB header, sent in pieces, is handed to aiohttp, which answers it as it answers it on the
+    ``aiohttp`` layer."""
+    raw = ask(extra=("X-Big: " + "a" * 65536,))
+
+    async def status_of(port: int) -> bytes:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            for i in range(0, len(raw), 4096):
+                writer.write(raw[i:i + 4096])
+                await writer.drain()
+            async with asyncio.timeout(MARGIN):
+                return (await reader.readuntil(b"\r\n")).split(b" ")[1]
+        finally:
+            writer.close()
+
+    async with gateway() as (port, _, _):
+        lane_status = await status_of(port)
+    async with _gateway(DIALECT, "aiohttp") as (port, _):
+        assert lane_status == await status_of(port)
+    assert not started
 
 
 async def test_an_answer_before_the_body_ends_then_the_body_is_read_and_skipped(
