@@ -139,12 +139,13 @@ class ServerConfig(_Model):
     (httptools), or ``aiohttp``, aiohttp's client (the fallback). Read at start; a reload does
     not switch it."""
     http_layer: Literal["fast", "aiohttp"] = "fast"
-    """How the chat routes meet HTTP. ``fast``: a POST to a route's path goes straight to its
-    exchange (aiohttp's router and middleware are skipped once the router has sent that path to
-    a route), and the answer is written straight to the connection (docs/performance.md).
-    ``aiohttp``: aiohttp's router, middleware and response objects for every request (the
-    fallback). Either way aiohttp reads the requests (its parser, keep-alive, the edge's limits).
-    Read at start; a reload does not switch it."""
+    """How the chat routes meet HTTP. ``fast``: once aiohttp's router has sent a path to a
+    route, the POSTs to it are parsed by the gateway itself (:mod:`gateway.lane`) or, when that
+    lane leaves them to aiohttp, go straight from aiohttp's parser to the exchange (router and
+    middleware skipped), and the answer is written straight to the connection
+    (docs/performance.md); everything else is aiohttp's. ``aiohttp``: aiohttp's parser, router,
+    middleware and response objects for every request (the fallback). The edge's limits apply
+    either way. Read at start; a reload does not switch it."""
     loop: Literal["auto", "asyncio", "uvloop"] = "auto"
     """The event loop: ``auto`` is uvloop when it is installed, else asyncio's own
     (``--loop`` overrides it). Read at start."""

@@ -21,6 +21,10 @@ packet, a corrupt compressed body) fails that body's reader with :class:`BadBody
 ``400`` in the route's dialect (aiohttp's parser would queue it as the next request instead, and
 the handler would wait for the rest of the body until ``body_timeout``).
 
+On the main listener with ``server.http_layer: fast``, the protocol parses the chat routes'
+POSTs itself (:mod:`gateway.lane`) and hands every other request to aiohttp's parser; the
+timeouts above apply to the lane's requests the same way.
+
 The timer wakes once per ``min(header_timeout, body_timeout)`` while a request is served, and
 once at the deadline while a head is awaited: no work per byte beyond reading the clock.
 
