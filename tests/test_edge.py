@@ -27,12 +27,11 @@ import pytest
 import structlog
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
-from faults.harness import client_request
+from faults.harness import client_request, route_already_seen
 
 from gateway.app import create_app
 from gateway.config import GatewayConfig, parse_config
 from gateway.dialects import DIALECTS, Dialect, names
-from gateway.dispatch import CHAT_PATHS
 from gateway.edge import Edge, EdgeProtocol, default_max_connections
 from gateway.keys import METRICS
 from gateway.log import configure_logging
@@ -111,8 +110,7 @@ async def running(dialect: str, pause: float = 0.0, *, lane: bool = False,
     runner, admin, edge = await open_listeners(app, cfg, "127.0.0.1", 0)
     assert admin is not None
     if lane:
-        for stream in (False, True):
-            app[CHAT_PATHS].add(client_request(dialect, stream)[0])
+        route_already_seen(app, dialect)
     try:
         assert runner.server is not None
         yield Running(app, edge, runner.addresses[0][1], admin.addresses[0][1], dialect,

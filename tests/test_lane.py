@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 import pytest
-from faults.harness import client_request
+from faults.harness import client_request, route_already_seen
 from test_edge import HEADER_TIMEOUT, MARGIN, _closed_within, _until, running
 from test_sink import _gateway, _parse
 
@@ -21,7 +21,6 @@ import gateway.lane as lane_module
 from gateway.app import create_app
 from gateway.config import parse_config
 from gateway.dialects import DIALECTS, names
-from gateway.dispatch import CHAT_PATHS
 from gateway.keys import METRICS
 from gateway.server import open_listeners
 from gateway.upstream import MemoryResponse, MemoryTransport, UpstreamRequest
@@ -70,8 +69,7 @@ async def gateway(*, pause: float = 0.0, api_key: bool = False, max_body: int = 
     }, env={})
     app = create_app(cfg, transport=MemoryTransport(upstream))
     runner, _, _ = await open_listeners(app, cfg, "127.0.0.1", 0)
-    for stream in (False, True):
-        app[CHAT_PATHS].add(client_request(DIALECT, stream)[0])
+    route_already_seen(app, DIALECT)
     try:
         yield runner.addresses[0][1], app, runner
     finally:

@@ -16,7 +16,7 @@ import httptools
 import orjson
 import pytest
 from aiohttp.base_protocol import BaseProtocol
-from faults.harness import client_request
+from faults.harness import client_request, route_already_seen
 
 from gateway.app import create_app
 from gateway.config import parse_config
@@ -82,8 +82,7 @@ async def _gateway(dialect: str, layer: str) -> AsyncIterator[tuple[int, Any]]:
     app = create_app(cfg, transport=MemoryTransport(upstream))
     runner, _, _ = await open_listeners(app, cfg, "127.0.0.1", 0)
     if layer == "lane":
-        for stream in (False, True):
-            app[CHAT_PATHS].add(client_request(dialect, stream)[0])
+        route_already_seen(app, dialect)
     try:
         yield runner.addresses[0][1], app
     finally:
