@@ -25,7 +25,6 @@ and makes the exit status 1.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import shlex
 import statistics
 import subprocess
@@ -67,6 +66,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--duration", type=float, default=2.0, help="measured seconds per window")
     p.add_argument("--warmup", type=float, default=0.5)
     p.add_argument("--chunks", type=int, default=20)
+    p.add_argument("--generator", choices=driver.GENERATORS, default="lean", help="the load client")
     return p.parse_args(argv)
 
 
@@ -95,7 +95,8 @@ async def window(gw: procs.Proc, target: driver.Target, a: argparse.Namespace
         marks["t1"] = procs.cpu_seconds(gw.pids())
 
     result = await driver.run_load(target, concurrency=a.concurrency, warmup=a.warmup,
-                                   duration=a.duration, on_start=start, on_end=end)
+                                   duration=a.duration, on_start=start, on_end=end,
+                                   client=a.generator)
     for sample in result.error_samples:
         print(f"  error: {sample}", file=sys.stderr)
     requests = max(result.requests, 1)
@@ -120,6 +121,7 @@ async def amain(a: argparse.Namespace) -> int:
     commands = {"A": command_a, "B": a.b or " ".join(run.gateway_command(run.parse_args([])))}
     mock_port, paced_port = procs.free_port(), procs.free_port()
     mock = procs.Proc("mock", [sys.executable, str(HERE / "mock.py"), "--chunks", str(a.chunks),
+                                       "--server", a.generator,
                                "--listen", str(mock_port), "--listen", f"{paced_port}:10"],
                       cores.generator, tmp / "mock.log")
     gateways: dict[str, procs.Proc] = {}
@@ -178,7 +180,8 @@ def report(samples: dict[tuple[tuple[str, str], str], Samples], commands: dict[s
 
 
 def main() -> None:
-    sys.exit(asyncio.run(amain(parse_args())))
+    a = parse_args()
+    sys.exit(driver.run(amain(a), a.generator))
 
 
 if __name__ == "__main__":

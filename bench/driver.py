@@ -10,6 +10,14 @@ a mismatch, a non-200 status or a transport error counts as an error, not as a r
 Why not wrk/hey/oha: they need an install, and none reports per-stream time to first byte or can
 check that a translated stream reassembles to the right text. The driver's own cost is the same
 for every configuration of a run, and it runs on its own core (see ``run.py``).
+
+Two HTTP clients (``client=``): ``lean`` (the default: :mod:`h1load`, keep-alive connections on
+httptools, a fraction of the CPU per request) and ``aiohttp`` (one ``ClientSession``, as every run
+before git 2026-11-24 used). With two cores the driver shares its core with the mock, and
+aiohttp's client was the ceiling of the whole-answer runs; ``lean`` lifts it, so that the servers
+under test, not the generator, set the throughput. TTFB is the first body byte as the client's
+parser sees it (``lean``: the read that brought it; ``aiohttp``: the first chunk its stream
+reader hands over, a loop iteration later).
 """
 
 from __future__ import annotations
@@ -18,11 +26,16 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
+import h1load
 import wire
 from aiohttp import ClientSession, ClientTimeout, TCPConnector
 from yarl import URL
+
+GENERATORS = ("lean", "aiohttp")
+"""The load generator: the driver's client and the mock's server (``bench/mock.py --server``)."""
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -77,10 +90,17 @@ async def _noop() -> None:
 async def run_load(
     target: Target, *, concurrency: int, warmup: float, duration: float,
     request_timeout: float = 30.0, on_start: Hook = _noop, on_end: Hook = _noop,
+    client: str = "lean",
 ) -> RunResult:
     """Warm up for ``warmup`` s, then measure ``duration`` s. ``on_start``/``on_end`` run at the
     window's edges (while the load goes on) and may snapshot counters of the server under test.
     Returns once every worker finished its last request (bounded by ``request_timeout``)."""
+    if client == "lean":
+        return await _run_lean(target, concurrency=concurrency, warmup=warmup,
+                               duration=duration, request_timeout=request_timeout,
+                               on_start=on_start, on_end=on_end)
+    if client != "aiohttp":
+        raise ValueError(f"client: one of {', '.join(GENERATORS)}, not {client!r}")
     body, headers = wire.request(target.dialect, target.stream)
     url = URL(target.url, encoded=True)
     stream, dialect, expected = target.stream, target.dialect, target.expected
@@ -156,4 +176,115 @@ async def run_load(
             await asyncio.gather(edges(), *(worker() for _ in range(concurrency)))
     finally:
         await session.close()
+    return result
+
+
+def run(main: Awaitable[T], client: str) -> T:
+    """Runs a benchmark's main coroutine: on uvloop with the lean client (when installed: it is
+    a dependency of the gateway on Linux), on asyncio's own loop with aiohttp's (as before, so that
+    its figures stay comparable with the earlier runs)."""
+    if client == "lean":
+        try:
+            import uvloop
+        except ImportError:
+            pass
+        else:
+            return uvloop.run(main)  # type: ignore[arg-type]
+    return asyncio.run(main)  # type: ignore[arg-type]
+
+
+def _check(target: Target, status: int, raw: bytes) -> str | None:
+    """Why this answer is wrong (``None``: it is right): a non-200, or a text that does not
+    reassemble to the mock's."""
+    if status != 200:
+        return f"HTTP {status}: {raw[:200]!r}"
+    try:
+        text = wire.stream_text(target.dialect, raw) if target.stream else \
+            wire.whole_text(target.dialect, raw)
+    except wire.WireError as e:
+        return str(e)
+    if text != target.expected:
+        return f"text mismatch: got {text[:60]!r}… ({len(text)} chars)"
+    return None
+
+
+async def _run_lean(
+    target: Target, *, concurrency: int, warmup: float, duration: float,
+    request_timeout: float, on_start: Hook, on_end: Hook,
+) -> RunResult:
+    """:func:`run_load` on :mod:`h1load`: a connection per worker, reopened after a failure or a
+    server's ``Connection: close``; a watchdog aborts a request older than ``request_timeout``."""
+    body, headers = wire.request(target.dialect, target.stream)
+    url = URL(target.url, encoded=True)
+    host, port = url.host or "127.0.0.1", url.port or 80
+    data = h1load.request_bytes(host, port, url.raw_path_qs, body, headers)
+    clock = time.perf_counter
+    result = RunResult(duration)
+    begin = clock()
+    t0 = begin + warmup
+    t1 = t0 + duration
+    in_flight = 0
+    conns: list[h1load.H1Connection | None] = [None] * concurrency
+    started: list[float | None] = [None] * concurrency
+
+    def record(start: float, end: float, first: float | None, error: str | None) -> None:
+        if not t0 <= end <= t1:
+            return
+        if error is not None:
+            result.errors += 1
+            if len(result.error_samples) < 5:
+                result.error_samples.append(error)
+            return
+        result.requests += 1
+        result.latencies.append(end - start)
+        if first is not None and target.stream:
+            result.ttfbs.append(first - start)
+
+    async def worker(i: int) -> None:
+        nonlocal in_flight
+        while clock() < t1:
+            in_flight += 1
+            start = started[i] = clock()
+            first: float | None = None
+            try:
+                conn = conns[i]
+                if conn is None or not conn.usable:
+                    conn = conns[i] = await h1load.H1Connection.open(host, port)
+                answer = await conn.request(data)
+                end, first = clock(), answer.first
+                error = _check(target, answer.status, answer.body)
+            except Exception as e:  # any failure is counted as an error, and the load goes on
+                end, error = clock(), f"{type(e).__name__}: {e}"
+                if conns[i] is not None:
+                    conns[i].close()  # type: ignore[union-attr]
+                    conns[i] = None
+            started[i] = None
+            in_flight -= 1
+            record(start, end, first, error)
+
+    async def watchdog() -> None:
+        while clock() < t1 + request_timeout:
+            await asyncio.sleep(0.5)
+            now = clock()
+            for i, s in enumerate(started):
+                conn = conns[i]
+                if s is not None and now - s > request_timeout and conn is not None:
+                    conn.close()  # its request fails with Closed
+
+    async def edges() -> None:
+        await asyncio.sleep(max(0.0, t0 - clock()))
+        await on_start()
+        await asyncio.sleep(max(0.0, t1 - clock()))
+        result.in_flight_at_end = in_flight
+        await on_end()
+
+    dog = asyncio.create_task(watchdog())
+    try:
+        async with asyncio.timeout(warmup + duration + request_timeout + 10):
+            await asyncio.gather(edges(), *(worker(i) for i in range(concurrency)))
+    finally:
+        dog.cancel()
+        for conn in conns:
+            if conn is not None:
+                conn.close()
     return result

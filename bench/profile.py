@@ -28,7 +28,6 @@ each sample, never summed up a call chain. The raw samples are kept (``--out``) 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import collections
 import re
 import shutil
@@ -130,6 +129,7 @@ async def profile(a: argparse.Namespace, spy: str) -> tuple[Path, float | None]:
     tmp = Path(tempfile.mkdtemp(prefix="gateway-profile-"))
     ports = run.Ports(*(procs.free_port() for _ in range(5)))
     mock = procs.Proc("mock", [sys.executable, str(HERE / "mock.py"), "--chunks", str(a.chunks),
+                                       "--server", a.generator,
                                "--listen", str(ports.mock), "--listen", f"{ports.paced}:10"],
                       cores.generator, tmp / "mock.log")
     gw = None
@@ -155,7 +155,8 @@ async def profile(a: argparse.Namespace, spy: str) -> tuple[Path, float | None]:
             marks["cpu1"] = procs.cpu_seconds(gw.pids()) if gw else 0.0
 
         result = await driver.run_load(target, concurrency=a.concurrency, warmup=0.5,
-                                       duration=a.seconds, on_start=start, on_end=end)
+                                       duration=a.seconds, on_start=start, on_end=end,
+                                       client=a.generator)
         _, err = recorder.communicate(timeout=a.seconds + 30)
         if recorder.returncode:
             sys.exit(f"py-spy failed: {err.decode(errors='replace').strip()}")
@@ -184,11 +185,12 @@ def main() -> None:
     p.add_argument("--paced", action="store_true",
                    help="against the mock's paced port (10 ms before each frame)")
     p.add_argument("--out", type=Path, default=None, help="where to keep the raw samples")
+    p.add_argument("--generator", choices=driver.GENERATORS, default="lean", help="the load client")
     a = p.parse_args()
     spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
     if spy is None:
         sys.exit("py-spy is not installed: .venv/bin/pip install py-spy")
-    raw, cpu_ms = asyncio.run(profile(a, spy))
+    raw, cpu_ms = driver.run(profile(a, spy), a.generator)
     print(summarize(raw, a.top))
     print("\nCPU per request by stage (share of samples x CPU per request):")
     for stage, share in stages(raw).items():

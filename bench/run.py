@@ -150,6 +150,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-gateway", action="store_true", help="only direct and pass-through")
     p.add_argument("--no-pin", action="store_true", help="do not pin processes to cores")
     p.add_argument("--request-timeout", type=float, default=30.0)
+    p.add_argument("--generator", choices=driver.GENERATORS, default="lean",
+                   help="the load generator, the driver's client and the mock's server: lean "
+                        "(httptools, on uvloop) or aiohttp (a ClientSession and aiohttp's "
+                        "low-level server, on asyncio's loop: every run before git 2026-11-24, "
+                        "whose ceiling on two cores was the generator's core)")
     p.add_argument("--out", type=Path, default=None,
                    help="JSON results file [bench/results/run-<time>.json]")
     a = p.parse_args(argv)
@@ -334,7 +339,8 @@ async def measure(spec: Spec, a: argparse.Namespace, ports: Ports, server: procs
     try:
         result = await driver.run_load(
             target, concurrency=spec.concurrency, warmup=a.warmup, duration=a.duration,
-            request_timeout=a.request_timeout, on_start=on_start, on_end=on_end)
+            request_timeout=a.request_timeout, on_start=on_start, on_end=on_end,
+            client=a.generator)
         if is_gw:
             marks["hist1"] = await scrape(metrics, ports.gw)
     finally:
@@ -574,6 +580,7 @@ async def amain(a: argparse.Namespace) -> int:
         running: list[procs.Proc] = []
         try:
             mock = procs.Proc("mock", [py, str(HERE / "mock.py"), "--chunks", str(a.chunks),
+                                       "--server", a.generator,
                                        "--listen", str(ports.mock),
                                        "--listen", f"{ports.paced}:{a.paced_delay_ms}"],
                               gen_cpus, tmp / "mock.log")
@@ -690,7 +697,7 @@ async def amain(a: argparse.Namespace) -> int:
 
 def main() -> None:
     a = parse_args()
-    sys.exit(asyncio.run(amain(a)))
+    sys.exit(driver.run(amain(a), a.generator))
 
 
 if __name__ == "__main__":
