@@ -759,3 +759,35 @@ async def test_both_clients_answer_the_same(make: Callable[[], Transport]) -> No
             assert transport.in_use() == 0
         finally:
             await transport.aclose()
+
+
+@pytest.mark.parametrize("make", [FastTransport, AiohttpTransport], ids=["fast", "aiohttp"])
+async def test_both_clients_tell_when_the_bodys_end_was_read(
+        make: Callable[[], Transport]) -> None:
+    """``ended()``: the next read would return ``b""`` at once. Never before the end arrived (a
+    stream writes its frames at once unless their read also brought the end)."""
+    release = asyncio.Event()
+
+    async def chunked(server: RawServer, reader: asyncio.StreamReader,
+                      writer: asyncio.StreamWriter) -> None:
+        await server.next_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n")
+        await writer.drain()
+        await release.wait()
+        writer.write(b"4\r\nlast\r\n0\r\n\r\n")
+        await writer.drain()
+
+    async with RawServer(chunked) as server:
+        transport = make()
+        try:
+            r = await transport.send(request(server.url))
+            assert await r.read() == b"first"
+            assert not r.ended(), "the end has not arrived"
+            release.set()
+            assert await r.read() == b"last"
+            assert await eventually(r.ended), "the end came with the last piece"
+            assert await r.read() == b""
+            r.close()
+        finally:
+            await transport.aclose()

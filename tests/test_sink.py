@@ -7,7 +7,7 @@ order. See gateway/exchange/sink.py and gateway/dispatch.py."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +16,7 @@ import httptools
 import orjson
 import pytest
 from aiohttp.base_protocol import BaseProtocol
+from fakes import reader_for, sample_text
 from faults.harness import client_request, route_already_seen
 
 from gateway.app import create_app
@@ -26,6 +27,7 @@ from gateway.exchange.sink import _sent
 from gateway.server import open_listeners
 from gateway.upstream import MemoryResponse, MemoryTransport, UpstreamRequest
 
+Upstream = Callable[[UpstreamRequest], Awaitable[MemoryResponse]]
 LAYERS = ("lane", "fast", "aiohttp")
 """``lane``: the fast layer with the route's paths already routed once, so that the first chat
 POST takes the short lane (gateway/lane.py)."""
@@ -66,20 +68,23 @@ def _parse(raw: bytes, n: int = 1) -> list[Answer]:
 
 
 @asynccontextmanager
-async def _gateway(dialect: str, layer: str) -> AsyncIterator[tuple[int, Any]]:
+async def _gateway(dialect: str, layer: str, streamed: Upstream | None = None
+                   ) -> AsyncIterator[tuple[int, Any]]:
+    """A gateway on ``layer`` with one route of ``dialect`` to an upstream of the same dialect
+    that answers whole (a stream is bridged), or ``streamed`` (which then streams)."""
     whole = orjson.dumps(DIALECTS[dialect].samples.responses["text"])
 
-    async def upstream(req: UpstreamRequest) -> MemoryResponse:  # whole: a stream is bridged
+    async def upstream(req: UpstreamRequest) -> MemoryResponse:
         return MemoryResponse(200, {"Content-Type": "application/json"}, whole)
 
     cfg = parse_config({
         "server": {"http_layer": "fast" if layer == "lane" else layer, "admin": False,
                    "cors": {"allow_origins": [ORIGIN]}},
         "upstreams": {"up": {"dialect": dialect, "url": "http://up.invalid/chat",
-                             "streaming": "never"}},
+                             "streaming": "never" if streamed is None else "auto"}},
         "routes": [{"path": "/chat", "dialect": dialect, "upstream": "up"}],
     }, env={})
-    app = create_app(cfg, transport=MemoryTransport(upstream))
+    app = create_app(cfg, transport=MemoryTransport(streamed or upstream))
     runner, _, _ = await open_listeners(app, cfg, "127.0.0.1", 0)
     if layer == "lane":
         route_already_seen(app, dialect)
@@ -274,3 +279,60 @@ async def test_a_gateway_bug_after_the_stream_began_cuts_it(
     async with _gateway(dialect, layer) as (port, _):
         (a,), closed = await _exchange(port, _request(dialect, stream=True), closes=True)
     assert a.status == 200 and a.body and not a.complete and closed, (a, closed)
+
+
+@pytest.mark.parametrize("layer", LAYERS)
+@pytest.mark.parametrize("dialect", names())
+async def test_a_stream_that_arrives_with_its_end_goes_out_in_one_write(
+        dialect: str, layer: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the upstream's last read also brought the body's end, its frames go out with the
+    stream's end, in one write; with the last frame in a read of its own, the first read's
+    frames go out at once. The client reads the same answer either way."""
+    import gateway.exchange.answer as answer
+
+    writes: list[bytes] = []
+    finishes: list[bytes] = []
+    write, finish = answer.Answerer._write, answer.Answerer._finish
+
+    async def spied_write(self: Any, resp: Any, data: bytes) -> None:
+        writes.append(data)
+        await write(self, resp, data)
+
+    async def spied_finish(self: Any, resp: Any, last: bytes = b"") -> None:
+        finishes.append(last)
+        await finish(self, resp, last)
+
+    monkeypatch.setattr(answer.Answerer, "_write", spied_write)
+    monkeypatch.setattr(answer.Answerer, "_finish", spied_finish)
+    sample = DIALECTS[dialect].samples.streams["text"]
+    last = _last_frame_start(dialect, sample)
+    texts = []
+    for pieces in ([sample], [sample[:last], sample[last:]]):
+        writes.clear()
+        finishes.clear()
+
+        async def upstream(req: UpstreamRequest, body: list[bytes] = pieces) -> MemoryResponse:
+            return MemoryResponse(200, {"Content-Type": _stream_type(dialect)}, body)
+
+        async with _gateway(dialect, layer, upstream) as (port, _):
+            (a,), closed = await _exchange(port, _request(dialect, stream=True))
+        assert a.status == 200 and a.complete and not closed, a
+        texts.append(reader_for(dialect).read_stream(bytes(a.body)).text)
+        if len(pieces) == 1:
+            assert writes == [] and len(finishes) == 1 and finishes[0], (writes, finishes)
+        else:
+            assert writes and all(writes), "the first read's frames went out at once"
+    assert texts[0] == texts[1] == sample_text(dialect, stream=True)
+
+
+def _last_frame_start(dialect: str, stream: bytes) -> int:
+    """Where the stream's last frame begins (after a blank line for SSE, a line end else)."""
+    body = stream.rstrip(b"\r\n")
+    if DIALECTS[dialect].framing != "sse":
+        return body.rindex(b"\n") + 1
+    return max(i + len(sep) for sep in (b"\n\n", b"\r\n\r\n") if (i := body.rfind(sep)) >= 0)
+
+
+def _stream_type(dialect: str) -> str:
+    return ("text/event-stream" if DIALECTS[dialect].framing == "sse"
+            else "application/x-ndjson")

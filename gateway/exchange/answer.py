@@ -254,6 +254,10 @@ class Answerer:
         resp: ResponseSink | None = None
         fault = "ok"
         got_data = False
+        held = b""
+        """The last read's frames, when the body's end came with them: written with the
+        stream's end, in one write (one system call less per stream that arrives at once)."""
+        ended = call.response.ended
         try:
             async for chunk in call.chunks(tr.events_read):
                 got_data = got_data or not chunk.isspace()
@@ -264,11 +268,12 @@ class Answerer:
                     if tr.broken:  # nothing sent yet: a plain HTTP error says it best
                         return await self._malformed(_stream_error(tr))
                     resp = await self._start_stream()
+                if tr.done or ended():
+                    held = out
+                    break
                 await self._write(resp, out)
                 self._progressed(tr)
-                if tr.done:
-                    break
-            out = tr.finish()
+            out = held + tr.finish()
         except UpstreamError as e:
             if resp is None:
                 raise  # no byte went out: another upstream may answer

@@ -47,6 +47,9 @@ class AiohttpResponse:
         except aiohttp.ClientError as e:
             raise UpstreamError("connect", "the upstream connection broke mid-answer") from e
 
+    def ended(self) -> bool:
+        return self._response.content.at_eof()
+
     def fail(self, exc: BaseException) -> None:
         if not self._response.closed:
             self._response.content.set_exception(exc)

@@ -332,6 +332,11 @@ class Http1Response:
             self._untrusted = True
             raise
 
+    def ended(self) -> bool:
+        conn = self._conn
+        return (conn is not None and conn.complete and not conn.body and conn.error is None
+                and self._decoder is None)
+
     def fail(self, exc: BaseException) -> None:
         if self._conn is not None:
             self._conn.fail(exc)

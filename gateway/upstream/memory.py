@@ -26,6 +26,12 @@ class MemoryResponse:
         self._headers = CIMultiDictProxy(CIMultiDict(headers or {}))
         if isinstance(body, bytes):
             body = [body] if body else []
+        self._left: int | None = None
+        """Chunks not read yet, when the body is known in advance (``None``: an async
+        iterator, whose end shows only when it is read)."""
+        if not isinstance(body, AsyncIterator):
+            body = list(body)
+            self._left = body.index(b"") if b"" in body else len(body)  # (b"" ends a body)
         self._chunks: AsyncIterator[bytes] = (
             body if isinstance(body, AsyncIterator) else _aiter(body))
         self._failure: asyncio.Future[None] | None = None
@@ -67,7 +73,12 @@ class MemoryResponse:
         chunk: bytes = step.result()
         if not chunk:
             self.eof = True
+        elif self._left is not None:
+            self._left -= 1
         return chunk
+
+    def ended(self) -> bool:
+        return (self.eof or self._left == 0) and self._error is None
 
     def fail(self, exc: BaseException) -> None:
         self._error = exc

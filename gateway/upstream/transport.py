@@ -59,6 +59,12 @@ class UpstreamResponse(Protocol):
         whatever :meth:`fail` was given."""
         ...
 
+    def ended(self) -> bool:
+        """The body's end has arrived and all of it was read: the next :meth:`read` would
+        return ``b""`` at once. ``False`` when that is not known (a stream then writes what it
+        has at once, and its end with the last read)."""
+        ...
+
     def fail(self, exc: BaseException) -> None:
         """Wake a pending (or the next) :meth:`read` with ``exc``: how a timer bounds a read
         without a timeout object per read."""
