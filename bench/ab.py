@@ -121,7 +121,7 @@ async def amain(a: argparse.Namespace) -> int:
     commands = {"A": command_a, "B": a.b or " ".join(run.gateway_command(run.parse_args([])))}
     mock_port, paced_port = procs.free_port(), procs.free_port()
     mock = procs.Proc("mock", [sys.executable, str(HERE / "mock.py"), "--chunks", str(a.chunks),
-                                       "--server", a.generator,
+                               "--server", a.generator,
                                "--listen", str(mock_port), "--listen", f"{paced_port}:10"],
                       cores.generator, tmp / "mock.log")
     gateways: dict[str, procs.Proc] = {}

@@ -129,7 +129,7 @@ async def profile(a: argparse.Namespace, spy: str) -> tuple[Path, float | None]:
     tmp = Path(tempfile.mkdtemp(prefix="gateway-profile-"))
     ports = run.Ports(*(procs.free_port() for _ in range(5)))
     mock = procs.Proc("mock", [sys.executable, str(HERE / "mock.py"), "--chunks", str(a.chunks),
-                                       "--server", a.generator,
+                               "--server", a.generator,
                                "--listen", str(ports.mock), "--listen", f"{ports.paced}:10"],
                       cores.generator, tmp / "mock.log")
     gw = None

@@ -18,6 +18,7 @@ without that.
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import cache
 from typing import Literal
 
 from gateway.canonical import (
@@ -195,6 +196,13 @@ def strip_response(resp: ChatResponse, fields: list[str]) -> ChatResponse:
 # --- streams -------------------------------------------------------------------------------------
 
 
+@cache  # once per pair of capabilities (frozen): it runs at the start of every stream
+def _gate_needed(up: Capabilities, cl: Capabilities) -> bool:
+    return any(getattr(up, f) and not getattr(cl, f) for f in (
+        "tools", "reasoning", "citations", "followups", "thoughts", "usage_stream")) or \
+        up.session_state != cl.session_state
+
+
 class EventGate:
     """Stream events an upstream sends that the client's dialect cannot carry: dropped and
     reported, or (``reject``, for governed fields) turned into the stream's error.
@@ -213,10 +221,7 @@ class EventGate:
 
     @staticmethod
     def needed(upstream: Dialect, client: Dialect) -> bool:
-        up, cl = upstream.capabilities, client.capabilities
-        return any(getattr(up, f) and not getattr(cl, f) for f in (
-            "tools", "reasoning", "citations", "followups", "thoughts", "usage_stream")) or \
-            up.session_state != cl.session_state
+        return _gate_needed(upstream.capabilities, client.capabilities)
 
     def filter(self, events: list[StreamEvent]) -> list[StreamEvent]:
         out: list[StreamEvent] = []
