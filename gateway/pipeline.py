@@ -501,14 +501,15 @@ class StreamTranslator:
     def _payload(self, payload: Any) -> bytes | None:
         """The client's frames for one upstream payload; ``None`` when it passes on as it came
         (identity mode), its frame left to the caller."""
-        events = self._in.decode(payload)
+        inp = self._in
+        events = inp.decode(payload)
         if self._same:
             self._same = False
             self._identity = self._req.session_state is None or any(
                 isinstance(e, StreamStart) and e.session_state is not None for e in events)
         # An upstream error that held a secret is not passed on as it came: re-encoded, it
         # carries only its scrubbed message and code.
-        if self._identity and not self._in.broken and not self._in.scrubbed:
+        if self._identity and not inp.broken and not inp.scrubbed:
             if self._cumulative and any(isinstance(e, StreamError) for e in events):
                 # A cumulative reader shows each event in place of the last: the upstream's own
                 # error event may carry a new id and no content (as its error body does), which
@@ -522,7 +523,14 @@ class StreamTranslator:
         return self._events(events) if events else b""
 
     def _pass_through(self, events: list[StreamEvent]) -> None:
+        keep = self._follow is None
         for e in events:
+            if type(e) is TextDelta:  # nearly every event: no match statement to walk
+                self.text_chars += len(e.text)
+                self.content_started = True
+                if keep and not self.done:
+                    self._replay.append(e)
+                continue
             match e:
                 case TextDelta():
                     self.text_chars += len(e.text)
@@ -538,7 +546,7 @@ class StreamTranslator:
                 case StreamError():
                     self.error = e
                     self.done = True
-            if not self.done and self._follow is None:
+            if keep and not self.done:
                 self._replay.append(e)
         self._started = True
         self.chunks += 1

@@ -214,7 +214,7 @@ class _Decoder:
         choice = choices[0] if isinstance(choices, list) and choices else None
         if not isinstance(choice, dict):
             return self._start(payload, None) if not self._started else []
-        events = self._start(payload, choice)
+        events = [] if self._started else self._start(payload, choice)
         if not events and (choice.get("context") is not None
                            or choice.get("session_state") is not None):
             events.append(ContextUpdate(choice.get("context"), choice.get("session_state")))
