@@ -153,7 +153,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--generator", choices=driver.GENERATORS, default="lean",
                    help="the load generator, the driver's client and the mock's server: lean "
                         "(httptools, on uvloop) or aiohttp (a ClientSession and aiohttp's "
-                        "low-level server, on asyncio's loop: every run before git 2026-11-24, "
+                        "low-level server, on asyncio's loop: every run before git 0d5d61f, "
                         "whose ceiling on two cores was the generator's core)")
     p.add_argument("--out", type=Path, default=None,
                    help="JSON results file [bench/results/run-<time>.json]")
