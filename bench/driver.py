@@ -38,6 +38,13 @@ GENERATORS = ("lean", "aiohttp")
 T = TypeVar("T")
 
 
+Hook = Callable[[], Awaitable[None]]
+
+
+async def _noop() -> None:
+    return None
+
+
 @dataclass(slots=True)
 class Target:
     url: str
@@ -50,12 +57,39 @@ class Target:
 @dataclass(slots=True)
 class RunResult:
     duration: float
+    t0: float = 0.0
+    """The measured window [t0, t1] (``time.perf_counter``)."""
+    t1: float = 0.0
     requests: int = 0
     errors: int = 0
     latencies: list[float] = field(default_factory=list)
     ttfbs: list[float] = field(default_factory=list)
     error_samples: list[str] = field(default_factory=list)
+    in_flight: int = 0
     in_flight_at_end: int = 0
+
+    def record(self, start: float, end: float, first: float | None, error: str | None) -> None:
+        """One answer, counted if it ended inside the window."""
+        if not self.t0 <= end <= self.t1:
+            return
+        if error is not None:
+            self.errors += 1
+            if len(self.error_samples) < 5:
+                self.error_samples.append(error)
+            return
+        self.requests += 1
+        self.latencies.append(end - start)
+        if first is not None:
+            self.ttfbs.append(first - start)
+
+    async def edges(self, on_start: Hook, on_end: Hook) -> None:
+        """Calls ``on_start`` and ``on_end`` at the window's edges, while the load goes on."""
+        clock = time.perf_counter
+        await asyncio.sleep(max(0.0, self.t0 - clock()))
+        await on_start()
+        await asyncio.sleep(max(0.0, self.t1 - clock()))
+        self.in_flight_at_end = self.in_flight
+        await on_end()
 
     def summary(self) -> dict[str, Any]:
         lat, ttfb = sorted(self.latencies), sorted(self.ttfbs)
@@ -80,13 +114,6 @@ def pct(sorted_values: list[float], q: float) -> float:
     return sorted_values[i]
 
 
-Hook = Callable[[], Awaitable[None]]
-
-
-async def _noop() -> None:
-    return None
-
-
 async def run_load(
     target: Target, *, concurrency: int, warmup: float, duration: float,
     request_timeout: float = 30.0, on_start: Hook = _noop, on_end: Hook = _noop,
@@ -103,35 +130,17 @@ async def run_load(
         raise ValueError(f"client: one of {', '.join(GENERATORS)}, not {client!r}")
     body, headers = wire.request(target.dialect, target.stream)
     url = URL(target.url, encoded=True)
-    stream, dialect, expected = target.stream, target.dialect, target.expected
+    stream = target.stream
     clock = time.perf_counter
-    result = RunResult(duration)
     connector = TCPConnector(limit=concurrency, limit_per_host=concurrency, force_close=False,
                              enable_cleanup_closed=False, ttl_dns_cache=None)
     session = ClientSession(connector=connector, timeout=ClientTimeout(total=request_timeout),
                             auto_decompress=False, skip_auto_headers=("User-Agent",))
-    begin = clock()
-    t0 = begin + warmup
-    t1 = t0 + duration
-    in_flight = 0
-
-    def record(start: float, end: float, first: float | None, error: str | None) -> None:
-        if not t0 <= end <= t1:
-            return
-        if error is not None:
-            result.errors += 1
-            if len(result.error_samples) < 5:
-                result.error_samples.append(error)
-            return
-        result.requests += 1
-        result.latencies.append(end - start)
-        if first is not None:
-            result.ttfbs.append(first - start)
+    result = _window(duration, warmup)
 
     async def one() -> None:
         start = clock()
         first: float | None = None
-        error: str | None = None
         try:
             async with session.post(url, data=body, headers=headers) as resp:
                 if stream:
@@ -144,38 +153,31 @@ async def run_load(
                 else:
                     raw = await resp.read()
                 end = clock()
-                if resp.status != 200:
-                    error = f"HTTP {resp.status}: {raw[:200]!r}"
-                else:
-                    text = wire.stream_text(dialect, raw) if stream else \
-                        wire.whole_text(dialect, raw)
-                    if text != expected:
-                        error = f"text mismatch: got {text[:60]!r}… ({len(text)} chars)"
-        except wire.WireError as e:
-            end, error = clock(), str(e)
+                error = _check(target, resp.status, raw)
         except Exception as e:  # any failure is counted as an error, and the load goes on
             end, error = clock(), f"{type(e).__name__}: {e}"
-        record(start, end, first, error)
+        result.record(start, end, first, error)
 
     async def worker() -> None:
-        nonlocal in_flight
-        while clock() < t1:
-            in_flight += 1
+        while clock() < result.t1:
+            result.in_flight += 1
             await one()
-            in_flight -= 1
-
-    async def edges() -> None:
-        await asyncio.sleep(max(0.0, t0 - clock()))
-        await on_start()
-        await asyncio.sleep(max(0.0, t1 - clock()))
-        result.in_flight_at_end = in_flight
-        await on_end()
+            result.in_flight -= 1
 
     try:
         async with asyncio.timeout(warmup + duration + request_timeout + 10):
-            await asyncio.gather(edges(), *(worker() for _ in range(concurrency)))
+            await asyncio.gather(result.edges(on_start, on_end),
+                                 *(worker() for _ in range(concurrency)))
     finally:
         await session.close()
+    return result
+
+
+def _window(duration: float, warmup: float) -> RunResult:
+    """A result whose window starts ``warmup`` s from now."""
+    result = RunResult(duration)
+    result.t0 = time.perf_counter() + warmup
+    result.t1 = result.t0 + duration
     return result
 
 
@@ -219,31 +221,14 @@ async def _run_lean(
     host, port = url.host or "127.0.0.1", url.port or 80
     data = h1load.request_bytes(host, port, url.raw_path_qs, body, headers)
     clock = time.perf_counter
-    result = RunResult(duration)
-    begin = clock()
-    t0 = begin + warmup
-    t1 = t0 + duration
-    in_flight = 0
     conns: list[h1load.H1Connection | None] = [None] * concurrency
     started: list[float | None] = [None] * concurrency
-
-    def record(start: float, end: float, first: float | None, error: str | None) -> None:
-        if not t0 <= end <= t1:
-            return
-        if error is not None:
-            result.errors += 1
-            if len(result.error_samples) < 5:
-                result.error_samples.append(error)
-            return
-        result.requests += 1
-        result.latencies.append(end - start)
-        if first is not None and target.stream:
-            result.ttfbs.append(first - start)
+    result = _window(duration, warmup)
+    t1 = result.t1
 
     async def worker(i: int) -> None:
-        nonlocal in_flight
         while clock() < t1:
-            in_flight += 1
+            result.in_flight += 1
             start = started[i] = clock()
             first: float | None = None
             try:
@@ -259,8 +244,8 @@ async def _run_lean(
                     conns[i].close()  # type: ignore[union-attr]
                     conns[i] = None
             started[i] = None
-            in_flight -= 1
-            record(start, end, first, error)
+            result.in_flight -= 1
+            result.record(start, end, first if target.stream else None, error)
 
     async def watchdog() -> None:
         while clock() < t1 + request_timeout:
@@ -271,17 +256,11 @@ async def _run_lean(
                 if s is not None and now - s > request_timeout and conn is not None:
                     conn.close()  # its request fails with Closed
 
-    async def edges() -> None:
-        await asyncio.sleep(max(0.0, t0 - clock()))
-        await on_start()
-        await asyncio.sleep(max(0.0, t1 - clock()))
-        result.in_flight_at_end = in_flight
-        await on_end()
-
     dog = asyncio.create_task(watchdog())
     try:
         async with asyncio.timeout(warmup + duration + request_timeout + 10):
-            await asyncio.gather(edges(), *(worker(i) for i in range(concurrency)))
+            await asyncio.gather(result.edges(on_start, on_end),
+                                 *(worker(i) for i in range(concurrency)))
     finally:
         dog.cancel()
         for conn in conns:

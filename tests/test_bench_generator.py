@@ -1,0 +1,150 @@
+"""The benchmark's lean load generator (bench/h1load.py, bench/mock.py ``--server lean``) answers
+and reads as the aiohttp one does: the same bodies for every dialect, whole and streamed, every
+answer checked. Functional only: the benchmark's figures are never part of the tests' verdict."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+import gateway.dialects as registry
+
+_BENCH = Path(__file__).resolve().parent.parent / "bench"
+sys.path.insert(0, str(_BENCH))
+
+# The benchmark knows the dialects the gateway ships (bench/wire/ has a module for each, and
+# stops on any other); the tests' conftest registers a fixture dialect besides them.
+_names = registry.names
+registry.names = lambda: tuple(  # type: ignore[assignment]
+    n for n in _names() if type(registry.get(n)).__module__.startswith("gateway.dialects."))
+try:
+    import driver
+    import h1load
+    import wire
+
+    # bench/mock.py, under a name no package of the test environment can hold already
+    _spec = importlib.util.spec_from_file_location("bench_mock", _BENCH / "mock.py")
+    assert _spec is not None and _spec.loader is not None
+    mock = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(mock)
+finally:
+    registry.names = _names
+
+CHUNKS = 5
+
+
+@asynccontextmanager
+async def _mock(lean: bool, delay: float = 0.0) -> AsyncIterator[int]:
+    """A mock of every dialect on a free port, with the lean server or aiohttp's."""
+    m = mock.Mock(CHUNKS, delay)
+    if lean:
+        server = await asyncio.get_running_loop().create_server(
+            lambda: mock.LeanMock(m), "127.0.0.1", 0)
+        try:
+            yield server.sockets[0].getsockname()[1]
+        finally:
+            server.close()
+        return
+    runner = web.ServerRunner(web.Server(m.handle, access_log=None), handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield runner.addresses[0][1]
+    finally:
+        await runner.cleanup()
+
+
+async def _ask(port: int, dialect: str, stream: bool) -> h1load.Answer:
+    body, headers = wire.request(dialect, stream)
+    path = wire.stream_path(dialect, wire.MOCK_PATHS[dialect]) if stream else \
+        wire.MOCK_PATHS[dialect]
+    conn = await h1load.H1Connection.open("127.0.0.1", port)
+    try:
+        async with asyncio.timeout(5):
+            return await conn.request(h1load.request_bytes("127.0.0.1", port, path, body,
+                                                           headers))
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("dialect", list(wire.DIALECTS))
+async def test_both_mock_servers_answer_the_same_body(dialect: str, stream: bool) -> None:
+    answers = []
+    for lean in (True, False):
+        async with _mock(lean) as port:
+            answers.append(await _ask(port, dialect, stream))
+    lean_answer, aiohttp_answer = answers
+    assert lean_answer.status == aiohttp_answer.status == 200
+    assert lean_answer.body == aiohttp_answer.body
+    text = (wire.stream_text if stream else wire.whole_text)(dialect, lean_answer.body)
+    assert text == wire.answer_text(CHUNKS)
+    assert (lean_answer.first is not None) and lean_answer.body
+
+
+@pytest.mark.parametrize("client", driver.GENERATORS)
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+async def test_the_driver_counts_checked_answers_with_either_client(client: str,
+                                                                   stream: bool) -> None:
+    dialect = next(iter(wire.DIALECTS))
+    async with _mock(lean=True, delay=0.001 if stream else 0.0) as port:
+        path = wire.stream_path(dialect, wire.MOCK_PATHS[dialect]) if stream else \
+            wire.MOCK_PATHS[dialect]
+        target = driver.Target(f"http://127.0.0.1:{port}{path}", dialect, stream,
+                               wire.answer_text(CHUNKS))
+        result = await driver.run_load(target, concurrency=3, warmup=0.1, duration=0.3,
+                                       request_timeout=5, client=client)
+    assert result.errors == 0, result.error_samples
+    assert result.requests > 0 and len(result.latencies) == result.requests
+    assert (len(result.ttfbs) == result.requests) if stream else not result.ttfbs
+
+
+async def test_a_wrong_text_is_an_error_not_a_request() -> None:
+    dialect = next(iter(wire.DIALECTS))
+    async with _mock(lean=True) as port:
+        target = driver.Target(f"http://127.0.0.1:{port}{wire.MOCK_PATHS[dialect]}", dialect,
+                               False, "not what the mock says")
+        result = await driver.run_load(target, concurrency=2, warmup=0.0, duration=0.2,
+                                       request_timeout=5)
+    assert result.requests == 0 and result.errors > 0
+    assert "text mismatch" in result.error_samples[0]
+
+
+async def test_a_server_that_closes_gets_a_new_connection() -> None:
+    """``Connection: close`` after each answer: every request still answered, none an error."""
+    served = 0
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal served
+        await reader.readuntil(b"\r\n\r\n")
+        served += 1
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        for _ in range(3):
+            answer = await _ask_raw(port)
+            assert (answer.status, answer.body) == (200, b"ok")
+    finally:
+        server.close()
+    assert served == 3
+
+
+async def _ask_raw(port: int) -> h1load.Answer:
+    conn = await h1load.H1Connection.open("127.0.0.1", port)
+    async with asyncio.timeout(5):
+        answer = await conn.request(h1load.request_bytes("127.0.0.1", port, "/", b"{}", {}))
+    assert not conn.usable, "a connection the server closes is not used again"
+    conn.close()
+    return answer
