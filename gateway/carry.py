@@ -36,6 +36,7 @@ from gateway.canonical import (
     StreamEvent,
     StreamFinish,
     StreamStart,
+    TextDelta,
     ToolCallDelta,
     ToolCallEnd,
     ToolCallStart,
@@ -226,6 +227,9 @@ class EventGate:
     def filter(self, events: list[StreamEvent]) -> list[StreamEvent]:
         out: list[StreamEvent] = []
         for e in events:
+            if type(e) is TextDelta:  # nearly every event, and every client carries text
+                out.append(e)
+                continue
             match e:
                 case ToolCallStart() | ToolCallDelta() | ToolCallEnd() if not self._caps.tools:
                     if not self._lose("tool_calls", out):
