@@ -532,9 +532,6 @@ class StreamTranslator:
                     self._replay.append(e)
                 continue
             match e:
-                case TextDelta():
-                    self.text_chars += len(e.text)
-                    self.content_started = True
                 case ReasoningDelta() | ToolCallStart():
                     self.content_started = True
                 case StreamStart():
