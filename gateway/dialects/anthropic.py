@@ -618,7 +618,10 @@ def _number(obj: dict[str, JSON], key: str, sampling: dict[str, JSON], *,
     value = obj.get(key)
     if value is None:
         return
-    if isinstance(value, bool) or not isinstance(value, int if integer else int | float):
+    # Two plain checks, not one isinstance over a computed type: mypy narrows that one to int,
+    # and the compiled build then insists on an int where a float is allowed.
+    number = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if isinstance(value, bool) or not number:
         raise DialectError("must be an integer" if integer else "must be a number", key)
     sampling[key] = value
 
@@ -1244,7 +1247,7 @@ class _Encoder:
     """
 
     __slots__ = ("_agent", "_call", "_calls_seen", "_closed", "_held", "_id", "_index",
-                 "_model", "_open", "_scan", "_signed", "_spoke", "_started")
+                 "_model", "_open", "_scan", "_spoke", "_started", "_thinking_signed")
 
     def __init__(self, model: str | None) -> None:
         self._id = _new_id()
@@ -1253,7 +1256,7 @@ class _Encoder:
         self._closed = False
         self._index = 0  # the next block's index
         self._open: str | None = None  # text | thinking | tool_use
-        self._signed = False  # the open thinking block got its signature
+        self._thinking_signed = False  # the open thinking block got its signature
         self._call = -1  # the canonical index of the call whose block is open
         self._scan = _JsonEnd()
         self._held: list[StreamEvent] = []
@@ -1362,18 +1365,18 @@ class _Encoder:
             self._block(out, {"type": "redacted_thinking", "data": event.redacted}, None)
             self._close_index(out)
         if event.text:
-            if self._open != "thinking" or self._signed:
+            if self._open != "thinking" or self._thinking_signed:
                 self._close(out)
                 self._block(out, {"type": "thinking", "thinking": "", "signature": ""},
                             "thinking")
             self._delta(out, {"type": "thinking_delta", "thinking": event.text})
         if event.signature and mine:
-            if self._open != "thinking" or self._signed:
+            if self._open != "thinking" or self._thinking_signed:
                 self._close(out)
                 self._block(out, {"type": "thinking", "thinking": "", "signature": ""},
                             "thinking")
             self._delta(out, {"type": "signature_delta", "signature": event.signature})
-            self._signed = True
+            self._thinking_signed = True
 
     def _flush(self, out: list[Payload]) -> None:
         held, self._held = self._held, []
@@ -1393,7 +1396,7 @@ class _Encoder:
         self._emit(out, "content_block_start", {"type": "content_block_start",
                                                 "index": self._index, "content_block": block})
         self._open = kind
-        self._signed = False
+        self._thinking_signed = False
 
     def _delta(self, out: list[Payload], delta: dict[str, Any]) -> None:
         self._emit(out, "content_block_delta", {"type": "content_block_delta",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cache
 from importlib import resources
 from importlib.resources.abc import Traversable
 from typing import Any, Literal, Protocol
@@ -301,9 +301,16 @@ class SamplesFromPackage:
 
     name: str
 
-    @cached_property
+    @property
     def samples(self) -> Samples:
-        return load_samples(self.name)
+        return _packaged_samples(self.name)
+
+
+@cache
+def _packaged_samples(name: str) -> Samples:
+    """Loaded once per dialect, cached by the function rather than the instance: a compiled
+    dialect class has no ``__dict__`` to cache in."""
+    return load_samples(name)
 
 
 # --- shared helpers ------------------------------------------------------------------------------

@@ -8,7 +8,6 @@ Content-Type at all.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, Protocol, TypeAlias
 
 import orjson
@@ -32,9 +31,10 @@ __all__ = [
 Framing = Literal["jsonlines", "sse"]
 
 
-@dataclass(slots=True, frozen=True)
-class RawData:
-    """An SSE event whose data is not JSON (e.g. OpenAI's ``[DONE]``); the dialect decides."""
+class RawData(NamedTuple):
+    """An SSE event whose data is not JSON (e.g. OpenAI's ``[DONE]``); the dialect decides.
+    (A named tuple, like :class:`Named`: immutable, and copied alike whether this module runs
+    interpreted or compiled.)"""
 
     text: str
 
