@@ -419,6 +419,14 @@ class TextDelta:
     delta of each message only: a dialect that names its messages reuses it, so that a client
     shown the upstream's own events (a same-dialect route) keeps seeing the same ids."""
 
+    def __init__(self, text: str, agent: str | None = None,
+                 message_id: str | None = None) -> None:
+        # Written out (dataclass keeps it) because it is built once per frame, and in the
+        # compiled build the __init__ dataclass generates runs interpreted.
+        self.text = text
+        self.agent = agent
+        self.message_id = message_id
+
 
 @dataclass(slots=True)
 class ReasoningDelta:
