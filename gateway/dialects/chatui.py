@@ -21,13 +21,12 @@ Cumulative content becomes deltas by cutting the previously seen prefix; a new `
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any, Literal, assert_never
+from typing import Any, Literal, TypeAlias, assert_never
 
 import orjson
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from gateway.canonical import (
     JSON,
@@ -48,6 +47,7 @@ from gateway.canonical import (
     ToolCallStart,
     citations_of,
     context_with_citations,
+    random_hex,
 )
 from gateway.dialects.base import (
     SSE_ACCEPT,
@@ -71,14 +71,22 @@ _MESSAGE_KEYS = frozenset(
     {"messageId", "conversationId", "role", "content", "contentType", "agentName"})
 
 
-class ChatUIRouteOptions(BaseModel):
-    """Options of a route whose clients speak ``chatui``."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
-
-    chatui_shape: Literal["spec", "app"] = "spec"
-    """The shape of a multi-agent whole answer: ``spec``, the format's array of message objects;
-    ``app``, the Chat UI app's ``{"messages": [...]}`` (a single answer always carries both)."""
+_Shape: TypeAlias = Literal["spec", "app"]
+_field: Any = Field
+"""pydantic's ``Field``, typed ``Any``: pydantic types what it returns as its default's type,
+a ``str`` here, which the compiled module would check it is."""
+ChatUIRouteOptions: type[BaseModel] = create_model(
+    # Built by a call, not a class statement, so that this module compiles with mypyc (which
+    # cannot compile a pydantic model's class body); the model is the same.
+    "ChatUIRouteOptions",
+    __config__=ConfigDict(extra="forbid", frozen=True),
+    __doc__="Options of a route whose clients speak ``chatui``.",
+    __module__=__name__,
+    chatui_shape=(_Shape, _field("spec", description=(
+        "The shape of a multi-agent whole answer: ``spec``, the format's array of message "
+        "objects; ``app``, the Chat UI app's ``{\"messages\": [...]}`` (a single answer "
+        "always carries both)."))),
+)
 
 
 def _iso_now() -> str:
@@ -86,7 +94,7 @@ def _iso_now() -> str:
 
 
 def _new_id() -> str:
-    return "msg-" + os.urandom(16).hex()  # uuid4().hex's shape, cheaper
+    return "msg-" + random_hex()
 
 
 def sources_of(context: JSON) -> list[dict[str, JSON]]:
