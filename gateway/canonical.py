@@ -583,8 +583,43 @@ def now() -> int:
     return int(time.time())
 
 
+class _RandomBytes:
+    """The kernel's random bytes (``os.urandom``), drawn 4 KiB at a time: each answer mints a
+    few ids (a request id, a message id, a response's items), and one ``getrandom`` system call
+    each cost more than all else in making them. A forked child draws its own (the bytes its
+    parent held are dropped at the fork), so no two workers hand out the same id."""
+
+    __slots__ = ("_buf", "_pos")
+
+    def __init__(self) -> None:
+        self._buf = b""
+        self._pos = 0
+
+    def take(self, n: int) -> bytes:
+        pos = self._pos
+        if pos + n > len(self._buf):
+            self._buf = os.urandom(max(4096, n))
+            pos = 0
+        self._pos = pos + n
+        return self._buf[pos:pos + n]
+
+    def drop(self) -> None:
+        self._buf = b""
+        self._pos = 0
+
+
+_RANDOM = _RandomBytes()
+os.register_at_fork(after_in_child=_RANDOM.drop)
+
+
+def random_hex(nbytes: int = 16) -> str:
+    """``nbytes`` random bytes as hex (16: the shape of ``uuid4().hex``, at a fraction of its
+    cost)."""
+    return _RANDOM.take(nbytes).hex()
+
+
 def new_completion_id() -> str:
-    return "chatcmpl-" + os.urandom(16).hex()  # uuid4().hex's shape, cheaper
+    return "chatcmpl-" + random_hex()
 
 
 def agent_header(agent: str | None, *, first: bool) -> str:

@@ -54,7 +54,7 @@ from gateway.carry import (
 )
 from gateway.dialects import Dialect, StreamDecoder, StreamEncoder
 from gateway.errors import ParseError
-from gateway.framing import Named, Payload, RawData, SniffingReader, encoder_for
+from gateway.framing import Named, Payload, RawData, SniffingReader, encoder_for, named
 from gateway.framing.jsonlines import DEFAULT_MAX_LINE
 
 __all__ = [
@@ -558,7 +558,7 @@ class StreamTranslator:
                 continue
             try:
                 if isinstance(payload, Named):  # an SSE event with its name: written with it
-                    out.append(self._frame(Named(payload.event, orjson.dumps(payload.data))))
+                    out.append(self._frame(named(payload.event, orjson.dumps(payload.data))))
                 else:
                     out.append(self._frame(orjson.dumps(payload)))
             except (orjson.JSONEncodeError, RecursionError):

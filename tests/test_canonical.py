@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import string
 from typing import Any
 
 from gateway.canonical import (
@@ -13,6 +15,7 @@ from gateway.canonical import (
     context_with_citations,
     followups_of,
     merge_context,
+    random_hex,
 )
 
 DP = {"text": ["a.pdf#page=1: first snippet"], "citations": ["a.pdf#page=1"]}
@@ -198,3 +201,33 @@ def test_text_of_mixed_named_and_unnamed() -> None:
     resp = ChatResponse([AssistantMessage("a"), AssistantMessage("b", agent="B"),
                          AssistantMessage("c")])
     assert resp.text == "a\n\n**B:** b\n\nc"
+
+
+# --- random_hex ----------------------------------------------------------------------------------
+
+
+def test_random_hex_has_the_asked_length_and_never_repeats_across_refills() -> None:
+    assert len(random_hex()) == 32 and len(random_hex(12)) == 24
+    drawn = [random_hex() for _ in range(1000)]  # 16 KB: four refills of the 4 KiB buffer
+    assert len(set(drawn)) == len(drawn)
+    assert all(set(d) <= set(string.hexdigits.lower()) and len(d) == 32 for d in drawn)
+    assert len(random_hex(5000)) == 10000  # more than one buffer at once
+
+
+def test_a_forked_child_does_not_hand_out_its_parents_ids() -> None:
+    random_hex()  # the parent holds a buffer of random bytes
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next id, to the parent
+        try:
+            os.write(write, random_hex().encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    try:
+        child = os.read(read, 64).decode()
+    finally:
+        os.close(read)
+        os.waitpid(pid, 0)
+    assert len(child) == 32
+    assert child != random_hex()  # the id the parent's buffer gives next

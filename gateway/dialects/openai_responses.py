@@ -28,7 +28,6 @@ order both SDKs' accumulators hold a stream to, and :class:`_Decoder` for what i
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, assert_never
@@ -67,6 +66,7 @@ from gateway.canonical import (
     citations_of,
     context_with_citations,
     now,
+    random_hex,
 )
 from gateway.dialects.base import (
     SSE_ACCEPT,
@@ -78,7 +78,7 @@ from gateway.dialects.base import (
     split_known,
 )
 from gateway.errors import DialectError
-from gateway.framing import Framing, Named, Payload, RawData
+from gateway.framing import Framing, Named, Payload, RawData, named
 
 __all__ = ["OpenAIResponsesDialect"]
 
@@ -103,6 +103,9 @@ _ERROR_TYPES = {
     429: "rate_limit_error",
 }
 # status / incomplete_details.reason <-> the canonical finish reason (docs/translation.md)
+_TEXT_DELTA = "response.output_text.delta"
+_TEXT_DELTA_HEAD = b'{"type":"response.output_text.delta","sequence_number":'
+_TEXT_DELTA_TAIL = b',"logprobs":[]}'
 _FINISH_BY_STATUS = {"completed": "stop", "failed": "error", "cancelled": "error"}
 _FINISH_BY_INCOMPLETE = {"max_output_tokens": "length", "content_filter": "content_filter"}
 _INCOMPLETE_BY_FINISH = {v: k for k, v in _FINISH_BY_INCOMPLETE.items()}
@@ -120,7 +123,7 @@ _SEPARATOR = "\n\n"
 
 
 def _new_id(prefix: str) -> str:
-    return prefix + os.urandom(16).hex()
+    return prefix + random_hex()
 
 
 def _response_id(given: str | None) -> str:
@@ -1287,6 +1290,15 @@ class _Item:
     final: dict[str, JSON] | None = None
     """The item as ``output_item.done`` showed it (what the final ``output`` lists)."""
 
+    delta_at: bytes = b""
+    """What a text delta of this item writes between its sequence number and its text."""
+
+    def text_delta_at(self) -> bytes:
+        if not self.delta_at:
+            self.delta_at = (b',"item_id":' + orjson.dumps(self.id) + b',"output_index":'
+                             + str(self.index).encode() + b',"content_index":0,"delta":')
+        return self.delta_at
+
     @property
     def text(self) -> str:
         if len(self.chunks) > 1:
@@ -1357,7 +1369,7 @@ class _Encoder:
     def _event(self, kind: str, body: dict[str, Any]) -> Payload:
         data = {"type": kind, "sequence_number": self._seq, **body}
         self._seq += 1
-        return Named(kind, orjson.dumps(data))
+        return named(kind, orjson.dumps(data))
 
     def _response(self, status: str, **fields: Any) -> dict[str, Any]:
         return {"id": self._id, "object": "response", "created_at": self._created,
@@ -1441,9 +1453,13 @@ class _Encoder:
             return
         item = self._message(out)
         item.chunks.append(text)
-        out.append(self._event("response.output_text.delta", {
-            "item_id": item.id, "output_index": item.index, "content_index": 0,
-            "delta": text, "logprobs": []}))
+        # Nearly every event of a stream: its JSON put together from parts (the bytes
+        # self._event would write for the same fields, without building the dict each time).
+        seq = self._seq
+        self._seq = seq + 1
+        out.append(named(_TEXT_DELTA, b"".join((
+            _TEXT_DELTA_HEAD, str(seq).encode(), item.text_delta_at(), orjson.dumps(text),
+            _TEXT_DELTA_TAIL))))
 
     def _message(self, out: list[Payload]) -> _Item:
         if self._open is None:

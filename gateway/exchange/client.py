@@ -5,12 +5,10 @@ Every refusal is a :class:`Refused` carrying the error the client gets, in its o
 
 from __future__ import annotations
 
-import os
-
 from aiohttp import web
 
 from gateway.auth import accepted_key
-from gateway.canonical import ChatError, ChatRequest
+from gateway.canonical import ChatError, ChatRequest, random_hex
 from gateway.config import GatewayConfig
 from gateway.edge import BadBody, BodyTimeout
 from gateway.errors import ParseError
@@ -35,7 +33,7 @@ def request_id_of(request: ClientRequest) -> str:
     rid = request.headers.get("X-Request-ID", "")
     if rid and len(rid) <= 128 and rid.isprintable() and rid.isascii():
         return rid
-    return os.urandom(16).hex()  # the shape of uuid4().hex at a quarter of its cost
+    return random_hex()
 
 
 async def read_chat_request(request: ClientRequest, entry: RouteEntry,
