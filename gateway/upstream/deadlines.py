@@ -93,9 +93,10 @@ _PER_LOOP: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Deadlines] = \
     weakref.WeakKeyDictionary()
 
 
-def deadlines() -> Deadlines:
-    """The running loop's wheel."""
-    loop = asyncio.get_running_loop()
+def deadlines(loop: asyncio.AbstractEventLoop | None = None) -> Deadlines:
+    """The wheel of ``loop``, by default the running loop's."""
+    if loop is None:
+        loop = asyncio.get_running_loop()
     found = _PER_LOOP.get(loop)
     if found is None:
         found = _PER_LOOP[loop] = Deadlines(loop)

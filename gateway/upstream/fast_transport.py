@@ -38,7 +38,6 @@ from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
 from gateway.errors import UpstreamError
-from gateway.upstream.deadlines import deadlines
 from gateway.upstream.http1 import Http1Connection, Http1Response
 from gateway.upstream.transport import UpstreamRequest
 
@@ -197,7 +196,7 @@ class _Pool:
 class FastTransport:
     """:class:`~gateway.upstream.transport.Transport` on :class:`Http1Connection`."""
 
-    __slots__ = ("_busy", "_closed", "_limit", "_pools", "_ssl", "_sweep")
+    __slots__ = ("_busy", "_closed", "_limit", "_loop", "_pools", "_ssl", "_sweep")
 
     def __init__(self, *, limit_per_host: int = 1024,
                  ssl_context: ssl.SSLContext | None = None) -> None:
@@ -207,6 +206,9 @@ class FastTransport:
         self._busy = 0
         self._closed = False
         self._sweep: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        """The loop of the first request (a transport and its pools serve one loop); kept,
+        because Python 3.11's ``get_running_loop`` makes a system call each time."""
 
     async def send(self, request: UpstreamRequest) -> Http1Response:
         if self._closed:
@@ -216,7 +218,10 @@ class FastTransport:
         pool = self._pools.get(target.key)
         if pool is None:
             pool = self._pools[target.key] = _Pool(self._limit)
-        deadline = asyncio.get_running_loop().time() + request.head_timeout
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        deadline = loop.time() + request.head_timeout
         retried = False
         while True:
             conn = pool.pooled(time.monotonic())
@@ -357,7 +362,7 @@ class FastTransport:
 async def _head(conn: Http1Connection, head: asyncio.Future[None], deadline: float) -> None:
     """Until the response head arrived, within ``deadline`` (a deadline on the loop's wheel,
     not a loop timer: :mod:`gateway.upstream.deadlines`)."""
-    wheel = deadlines()
+    wheel = conn.wheel
     entry = wheel.at(deadline, lambda: conn.fail(UpstreamError(
         "timeout", "the upstream did not answer in time")))
     try:

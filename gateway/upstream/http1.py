@@ -50,6 +50,10 @@ class Http1Connection(asyncio.Protocol):
     may carry another. Its pool reads :attr:`reusable` and :meth:`idle_readable`."""
 
     def __init__(self, on_lost: Callable[[Http1Connection], None]) -> None:
+        self.loop = asyncio.get_running_loop()
+        """Kept: Python 3.11's ``get_running_loop`` makes a system call (``getpid``) each time,
+        and a request would ask several times."""
+        self.wheel = deadlines(self.loop)
         self._on_lost = on_lost
         self._parser = httptools.HttpResponseParser(self)
         self.transport: asyncio.Transport | None = None
@@ -179,7 +183,7 @@ class Http1Connection(asyncio.Protocol):
         self._reset()
         self.in_flight = True
         self.uses += 1
-        self.head = asyncio.get_running_loop().create_future()
+        self.head = self.loop.create_future()
         self.transport.write(data)
         return self.head
 
@@ -209,7 +213,7 @@ class Http1Connection(asyncio.Protocol):
         self._drained = done
         self._drain_left = DRAIN_BYTES
         self.take()
-        self._drain_timer = deadlines().after(DRAIN_SECONDS, lambda: self._drain_end(False))
+        self._drain_timer = self.wheel.after(DRAIN_SECONDS, lambda: self._drain_end(False))
 
     def take(self) -> list[bytes]:
         """The buffered body pieces; reading resumes once they are taken."""
@@ -238,7 +242,7 @@ class Http1Connection(asyncio.Protocol):
     def _drain_end(self, ok: bool) -> None:
         done, self._drained = self._drained, None
         if self._drain_timer is not None:
-            deadlines().cancel(self._drain_timer)
+            self.wheel.cancel(self._drain_timer)
             self._drain_timer = None
         if done is not None:
             done(ok and self.reusable)
@@ -323,7 +327,7 @@ class Http1Response:
                     raise conn.error
                 if conn.complete:
                     return self._flush()
-                conn.waiter = asyncio.get_running_loop().create_future()
+                conn.waiter = conn.loop.create_future()
                 try:
                     await conn.waiter
                 finally:
