@@ -19,6 +19,14 @@ while ``--concurrency`` clients load one route, and prints:
   to the stage of its deepest frame that belongs to one, and the stage's share of the samples
   times the CPU the gateway spent per request in the measured window gives its microseconds.
 
+``--gateway-cmd`` starts another build (as in ``bench/run.py``), e.g. the compiled one:
+``--gateway-cmd "env -C .compiled .venv/bin/python -m gateway"``. Its compiled modules run as C,
+where py-spy sees no Python frame: their time goes to the interpreted caller, unless
+``--native`` samples the C frames too (``CPyDef_pipeline___...`` go to their module's stage).
+``--native`` stops the gateway at each sample, and a stop lands on the way back from a system
+call more often than elsewhere: it overstates system calls (``getpid`` looked 15 times its
+cost), so read it for where compiled time goes, and ``perf record`` for shares.
+
 py-spy cannot follow a coroutine's caller across the event loop (a task's frames start at the
 coroutine the loop resumed), so "inclusive" time is attributed to the deepest gateway frame of
 each sample, never summed up a call chain. The raw samples are kept (``--out``) for a flame graph
@@ -77,10 +85,28 @@ def area(frame: str) -> str:
     return next((a.rstrip("/") for a in _AREAS if a in path), Path(path).name or "?")
 
 
+_COMPILED = re.compile(r"CPy(?:Def|Py|L)_(?P<module>[a-z0-9_]+?)_{3,}")
+"""A native frame of the compiled build (``--native``): mypyc names each C function after the
+last part of its module's name (``CPyDef_pipeline___StreamTranslator___feed``)."""
+_COMPILED_STAGE = {"pipeline": "translation", "canonical": "translation", "carry": "translation",
+                   "framing": "translation", "jsonlines": "translation", "sse": "translation"}
+
+
+def _path_of(frame: str) -> str:
+    m = _FRAME.match(frame)
+    if m is None:
+        return frame
+    native = _COMPILED.match(m.group("func"))
+    if native is not None and m.group("file").startswith("__native"):
+        module = native.group("module")
+        return ("gateway/pipeline.py" if module in _COMPILED_STAGE
+                else f"gateway/dialects/{module}.py")
+    return m.group("file")
+
+
 def stage_of(frames: list[str]) -> str:
     for frame in reversed(frames):
-        m = _FRAME.match(frame)
-        path = m.group("file") if m else frame
+        path = _path_of(frame)
         for stage, places in STAGES:
             if any(p in path for p in places):
                 return stage
@@ -110,7 +136,7 @@ def summarize(raw: Path, top: int) -> str:
         total += n
         frames = stack.split(";")
         areas[area(frames[-1])] += n
-        ours = [f for f in frames if "gateway/" in f and "/cli.py" not in f
+        ours = [f for f in frames if "gateway/" in _path_of(f) and "/cli.py" not in f
                 and "/server.py" not in f]
         lines[ours[-1] if ours else f"(outside the gateway) {frames[-1][:70]}"] += n
     if not total:
@@ -135,11 +161,14 @@ async def profile(a: argparse.Namespace, spy: str) -> tuple[Path, float | None]:
     gw = None
     try:
         await procs.wait_ready(mock, f"http://127.0.0.1:{ports.mock}/", 10)
-        gw = await run.start_gateway(run.parse_args([]), tmp, ports, cores.server, 1)
+        gw_args = ["--gateway-cmd", a.gateway_cmd] if a.gateway_cmd else []
+        gw = await run.start_gateway(run.parse_args(gw_args), tmp, ports, cores.server, 1)
         out = a.out or tmp / f"{client}-{upstream}-{a.mode}.txt"
         recorder = subprocess.Popen(
             [spy, "record", "--pid", str(gw.pid), "--duration", str(int(a.seconds)),
-             "--rate", "200", "--format", "raw", "--output", str(out), "--nonblocking"],
+             "--rate", "200", "--format", "raw", "--output", str(out),
+             # native frames (the compiled build's C) need the process paused while sampled
+             *(["--native"] if a.native else ["--nonblocking"])],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         # paced: the mock sleeps 10 ms before each frame, so every frame is its own read and
         # write (as a model's tokens arrive): the per-frame cost, and what a first byte waits on
@@ -184,6 +213,11 @@ def main() -> None:
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--paced", action="store_true",
                    help="against the mock's paced port (10 ms before each frame)")
+    p.add_argument("--gateway-cmd", default=None,
+                   help="how to start the gateway (as bench/run.py), e.g. the compiled build's")
+    p.add_argument("--native", action="store_true",
+                   help="sample native frames too (compiled modules, C extensions); pauses the "
+                        "gateway at each sample, so its CPU per request reads higher")
     p.add_argument("--out", type=Path, default=None, help="where to keep the raw samples")
     p.add_argument("--generator", choices=driver.GENERATORS, default="lean", help="the load client")
     a = p.parse_args()
