@@ -1,0 +1,229 @@
+"""The small helpers several dialects share: reading and writing the shapes they have in
+common, and naming errors.
+
+Its own module, apart from :mod:`gateway.dialects.base` (which re-exports every name), so that
+it is compiled with the dialects (``pyproject.toml``, ``[tool.chat-gateway] compiled``): they
+call these on every request, and ``base`` stays interpreted for plugin dialects to subclass.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.canonical import (
+    JSON,
+    ChatRequest,
+    ImagePart,
+    Message,
+    OtherPart,
+    Part,
+    TextPart,
+    Usage,
+)
+from gateway.errors import DialectError
+
+__all__ = [
+    "error_code_for",
+    "error_text",
+    "expect_object",
+    "kind_of",
+    "parse_messages",
+    "render_text_messages",
+    "request_context",
+    "sampling_of",
+    "split_known",
+    "text_of",
+    "text_parts",
+    "usage_from_openai_shape",
+    "usage_to_openai_shape",
+]
+
+
+# --- shared helpers ------------------------------------------------------------------------------
+
+
+def expect_object(value: JSON, where: str) -> dict[str, JSON]:
+    if not isinstance(value, dict):
+        raise DialectError(f"must be an object, not {kind_of(value)}", where or "body")
+    return value
+
+
+def split_known(obj: dict[str, JSON], known: frozenset[str]) -> dict[str, JSON]:
+    """The keys no canonical field names, plus known keys whose value is ``null`` (so that a
+    same-dialect render gives back ``null`` where the wire had it, and nothing where it had
+    nothing)."""
+    return {k: v for k, v in obj.items() if k not in known or v is None}
+
+
+_MESSAGE_KEYS = frozenset({"role", "content", "context", "name"})
+
+
+def parse_messages(body: dict[str, JSON], *, name_key: str = "name",
+                   parse_content: Any = None) -> list[Message]:
+    """The ``messages`` list every chat dialect has: ``role``, ``content`` (a string, or a list
+    read by ``parse_content(list, where) -> list[Part]``; without it, text parts only),
+    optional ``context`` and a name under ``name_key``."""
+    raw = body.get("messages")
+    if raw is None:
+        raise DialectError("is required", "messages")
+    if not isinstance(raw, list):
+        raise DialectError(f"must be a list, not {kind_of(raw)}", "messages")
+    if not raw:
+        raise DialectError("must hold at least one message", "messages")
+    known = _MESSAGE_KEYS | {name_key}
+    read_parts = parse_content or text_parts
+    out: list[Message] = []
+    for i, m in enumerate(raw):
+        where = f"messages[{i}]"
+        m = expect_object(m, where)
+        role = m.get("role")
+        if not isinstance(role, str):
+            raise DialectError("must be a string", f"{where}.role")
+        content = m.get("content")
+        parsed: str | list[Part]
+        if content is None or isinstance(content, str):
+            parsed = content or ""
+        elif isinstance(content, list):
+            parsed = read_parts(content, f"{where}.content")
+        else:
+            raise DialectError("must be a string or a list of parts", f"{where}.content")
+        name = m.get(name_key)
+        if name is not None and not isinstance(name, str):
+            raise DialectError("must be a string", f"{where}.{name_key}")
+        out.append(Message(role, parsed, m.get("context"), name, extras=split_known(m, known)))
+    return out
+
+
+def text_parts(content: list[JSON], where: str) -> list[Part]:
+    """Content parts for a dialect that only has text: ``{"type": "text", "text": …}`` (or a
+    bare string) is text; anything else is an image (OpenAI's ``image_url`` shape) or kept as
+    an :class:`OtherPart` of no dialect, which no dialect renders (so it is reported)."""
+    out: list[Part] = []
+    for j, p in enumerate(content):
+        if isinstance(p, str):
+            out.append(TextPart(p))
+            continue
+        p = expect_object(p, f"{where}[{j}]")
+        kind = p.get("type")
+        text = p.get("text")
+        if kind == "text" and isinstance(text, str):
+            out.append(TextPart(text))
+        elif kind == "image_url" and isinstance(p.get("image_url"), dict) \
+                and isinstance(p["image_url"].get("url"), str):
+            out.append(ImagePart(url=p["image_url"]["url"]))
+        else:
+            out.append(OtherPart("", str(kind), p))
+    return out
+
+
+def text_of(content: str | list[Part]) -> str:
+    """A message's text: text parts joined; other parts have none."""
+    if isinstance(content, str):
+        return content
+    return "".join(p.text for p in content if isinstance(p, TextPart))
+
+
+def error_text(value: JSON) -> str:
+    """The message of any dialect's error value: a string, or an object with ``message``."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        msg = value.get("message")
+        if isinstance(msg, str):
+            return msg
+    return "upstream error"
+
+
+_CODES = {
+    400: "BAD_REQUEST",
+    401: "UNAUTHORIZED",
+    403: "FORBIDDEN",
+    404: "NOT_FOUND",
+    405: "METHOD_NOT_ALLOWED",
+    408: "TIMEOUT",
+    413: "PAYLOAD_TOO_LARGE",
+    429: "RATE_LIMITED",
+    499: "CLIENT_CLOSED_REQUEST",
+    502: "BAD_GATEWAY",
+    503: "UNAVAILABLE",
+    504: "GATEWAY_TIMEOUT",
+}
+
+
+def error_code_for(status: int) -> str:
+    return _CODES.get(status, "INTERNAL_ERROR" if status >= 500 else "ERROR")
+
+
+def kind_of(value: JSON) -> str:
+    """How an error message names a JSON value's type."""
+    match value:
+        case None:
+            return "null"
+        case bool():
+            return "a boolean"
+        case int() | float():
+            return "a number"
+        case str():
+            return "a string"
+        case list():
+            return "a list"
+        case dict():
+            return "an object"
+    return type(value).__name__
+
+
+# --- shapes the two protocol dialects share ------------------------------------------------------
+
+
+def request_context(req: ChatRequest) -> JSON:
+    """The protocol request context, with the canonical ``temperature`` as
+    ``overrides.temperature``."""
+    temperature = req.sampling.get("temperature")
+    if temperature is None:
+        return req.context
+    ctx = dict(req.context) if isinstance(req.context, dict) else {}
+    overrides = dict(ctx["overrides"]) if isinstance(ctx.get("overrides"), dict) else {}
+    overrides.setdefault("temperature", temperature)
+    ctx["overrides"] = overrides
+    return ctx
+
+
+def sampling_of(context: JSON) -> dict[str, JSON]:
+    """A protocol request context's ``overrides.temperature`` as canonical sampling."""
+    if isinstance(context, dict):
+        overrides = context.get("overrides")
+        if isinstance(overrides, dict) and isinstance(overrides.get("temperature"), int | float):
+            return {"temperature": overrides["temperature"]}
+    return {}
+
+
+def render_text_messages(req: ChatRequest, same: bool) -> list[dict[str, Any]]:
+    """``messages`` for a dialect whose messages are ``{role, content: text, context?}``:
+    parts become their text (what else they held the pipeline reported before this)."""
+    out = []
+    for m in req.messages:
+        wire: dict[str, Any] = dict(m.extras) if same else {}
+        wire["role"] = m.role
+        wire["content"] = text_of(m.content)
+        if m.context is not None:
+            wire["context"] = m.context
+        out.append(wire)
+    return out
+
+
+def usage_from_openai_shape(v: JSON) -> Usage | None:
+    """``{"prompt_tokens", "completion_tokens", …}`` (OpenAI's shape, which the protocol's
+    first version borrowed) as :class:`Usage`."""
+    if not isinstance(v, dict):
+        return None
+
+    def num(x: JSON) -> int | None:
+        return x if isinstance(x, int) and not isinstance(x, bool) else None
+
+    return Usage(input_tokens=num(v.get("prompt_tokens")),
+                 output_tokens=num(v.get("completion_tokens")))
+
+
+def usage_to_openai_shape(u: Usage) -> dict[str, JSON]:
+    return {"prompt_tokens": u.input_tokens or 0, "completion_tokens": u.output_tokens or 0,
+            "total_tokens": u.total_tokens or 0}
