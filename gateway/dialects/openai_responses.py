@@ -102,10 +102,11 @@ _ERROR_TYPES = {
     413: "invalid_request_error",
     429: "rate_limit_error",
 }
-# status / incomplete_details.reason <-> the canonical finish reason (docs/translation.md)
+# A text delta's JSON, put together around its sequence number, item and text (_Encoder._text)
 _TEXT_DELTA = "response.output_text.delta"
 _TEXT_DELTA_HEAD = b'{"type":"response.output_text.delta","sequence_number":'
 _TEXT_DELTA_TAIL = b',"logprobs":[]}'
+# status / incomplete_details.reason <-> the canonical finish reason (docs/translation.md)
 _FINISH_BY_STATUS = {"completed": "stop", "failed": "error", "cancelled": "error"}
 _FINISH_BY_INCOMPLETE = {"max_output_tokens": "length", "content_filter": "content_filter"}
 _INCOMPLETE_BY_FINISH = {v: k for k, v in _FINISH_BY_INCOMPLETE.items()}
