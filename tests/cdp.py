@@ -19,6 +19,7 @@ import os
 import shutil
 import signal
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -168,14 +169,23 @@ class Page:
         assert "exceptionDetails" not in got, got["exceptionDetails"]
         return got["result"].get("value")
 
-    async def wait_for(self, expression: str, within: float = 20.0) -> Any:
-        """Evaluate ``expression`` until it is truthy; return that value."""
-        async with asyncio.timeout(within):
-            while True:
-                value = await self.eval(expression)
-                if value:
-                    return value
-                await asyncio.sleep(0.1)
+    async def wait_for(self, expression: str, within: float = 20.0,
+                       until: Callable[[Any], bool] = bool) -> Any:
+        """Evaluate ``expression`` until ``until`` holds for its value; return that value.
+
+        On timeout the failure names the last value seen, so a flaky page says what it showed.
+        """
+        value: Any = None
+        try:
+            async with asyncio.timeout(within):
+                while True:
+                    value = await self.eval(expression)
+                    if until(value):
+                        return value
+                    await asyncio.sleep(0.1)
+        except TimeoutError:
+            shown = expression if len(expression) < 80 else expression[:77] + "..."
+            raise AssertionError(f"after {within} s, {shown!r} was {value!r}") from None
 
     def requested_urls(self) -> list[str]:
         return [e["params"]["request"]["url"] for e in self.browser.events

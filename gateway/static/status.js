@@ -19,12 +19,18 @@
   };
   const charts = new Map();  // figure element -> uPlot
 
-  // A bucket with a value between two without one draws no line: show it as a dot.
-  function isolated(u, si, show) {
+  // A run of a few buckets with values, between buckets without, draws no line (one bucket) or
+  // a stub a few pixels long (two or three, out of 60 across the chart): show them as dots.
+  const SHORT_RUN = 3;
+  function shortRuns(u, si, show) {
     if (show) return null;
     const d = u.data[si], out = [];
-    for (let i = 0; i < d.length; i++) {
-      if (d[i] != null && d[i - 1] == null && d[i + 1] == null) out.push(i);
+    for (let i = 0; i < d.length; ) {
+      if (d[i] == null) { i++; continue; }
+      let end = i;
+      while (end < d.length && d[end] != null) end++;
+      if (end - i <= SHORT_RUN) for (let k = i; k < end; k++) out.push(k);
+      i = end;
     }
     return out.length ? out : null;
   }
@@ -36,7 +42,7 @@
       scales: {x: {time: true}, y: {range: (u, min, max) => [0, Math.max(1, max * 1.1)]}},
       axes: [{}, {size: 56}],
       series: [{}, ...columns.map(([label, , stroke]) =>
-        ({label, stroke, width: 1.5, points: {show: false, size: 6, filter: isolated}}))],
+        ({label, stroke, width: 1.5, points: {show: false, size: 6, filter: shortRuns}}))],
     };
     return new uPlot(opts, [series.t, ...columns.map((c) => c[1])], fig);
   }
