@@ -54,7 +54,16 @@ from gateway.carry import (
 )
 from gateway.dialects import Dialect, StreamDecoder, StreamEncoder
 from gateway.errors import ParseError
-from gateway.framing import Named, Payload, RawData, SniffingReader, encoder_for, named
+from gateway.framing import (
+    Named,
+    Payload,
+    RawData,
+    Slot,
+    SniffingReader,
+    encoder_for,
+    named,
+    slot_payload,
+)
 from gateway.framing.jsonlines import DEFAULT_MAX_LINE
 
 __all__ = [
@@ -257,11 +266,18 @@ class StreamDecoding:
     :class:`StreamError` (:attr:`broken`: the gateway found it, not the upstream), after which
     nothing more is decoded."""
 
-    __slots__ = ("_decoder", "_reader", "_scrub", "broken", "ended", "events", "scrubbed")
+    __slots__ = ("_decoder", "_reader", "_scrub", "_text_alone", "broken", "ended", "events",
+                 "scrubbed")
 
     def __init__(self, upstream: Dialect, max_size: int = DEFAULT_MAX_LINE,
                  scrub: Scrub | None = None) -> None:
-        self._reader = SniffingReader(max_size, named=upstream.named_events)
+        # A dialect that names where a text-only chunk holds its text (``text_path``, optional:
+        # plugin dialects may not) has such chunks read without parsing them, once one was
+        # (gateway.framing.template); what they mean, its decoder confirms (:meth:`decode`).
+        self._reader = SniffingReader(max_size, named=upstream.named_events,
+                                      text_path=getattr(upstream, "text_path", None))
+        self._text_alone = False
+        """The last payload decoded was a :class:`Slot` its decoder read as its text alone."""
         self._scrub = scrub
         """Applied to the upstream's own error events (its words: they may quote what it was
         sent, credentials included)."""
@@ -291,6 +307,22 @@ class StreamDecoding:
 
     def decode(self, payload: Any) -> list[StreamEvent]:
         self.events += 1
+        if type(payload) is Slot:
+            if self._text_alone:
+                return [TextDelta(payload.text)]
+            events = self._decoded(slot_payload(payload))
+            # The decoder read this frame as its text alone: it reads so every frame of the same
+            # template that follows it (the dialect's promise, with ``text_path``), until another
+            # payload comes between and may change what it expects. If it did not, the template
+            # is not one of text frames: every frame is parsed from now on.
+            self._text_alone = len(events) == 1 and events[0] == TextDelta(payload.text)
+            if not self._text_alone:
+                self._reader.drop_template()
+            return events
+        self._text_alone = False
+        return self._decoded(payload)
+
+    def _decoded(self, payload: Any) -> list[StreamEvent]:
         try:
             events = self._decoder.decode(payload)
         except ParseError as e:
@@ -518,7 +550,7 @@ class StreamTranslator:
                 return self._events(events)
             self._pass_through(events)
             if self._follow is not None:
-                self._follow(payload)
+                self._follow(slot_payload(payload) if type(payload) is Slot else payload)
             return None
         return self._events(events) if events else b""
 
@@ -555,6 +587,11 @@ class StreamTranslator:
         for k, payload in enumerate(passed):
             if isinstance(payload, RawData):
                 out.append(self._frame(payload.text.encode()))
+                continue
+            if type(payload) is Slot:  # the upstream's own JSON, unless a CR would break a line
+                raw = payload.raw if b"\r" not in payload.raw else orjson.dumps(payload.parsed())
+                out.append(self._frame(raw if payload.event == "message"
+                                       else named(payload.event, raw)))
                 continue
             try:
                 if isinstance(payload, Named):  # an SSE event with its name: written with it

@@ -72,7 +72,7 @@ from gateway.dialects.base import (
     split_known,
 )
 from gateway.errors import DialectError
-from gateway.framing import Framing, Named, Payload, RawData, named
+from gateway.framing import Framing, Named, Payload, RawData, TextPath, named
 
 __all__ = ["AnthropicDialect"]
 
@@ -641,6 +641,7 @@ class AnthropicDialect(SamplesFromPackage):
     stream_content_type = "text/event-stream"
     stream_accept = SSE_ACCEPT
     cumulative_stream = False
+    text_path: TextPath | None = ("delta", "text")
     stream_path: str | None = None
     stream_by_accept = False
     default_path = "/v1/messages"

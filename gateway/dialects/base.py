@@ -234,6 +234,13 @@ class Dialect(Protocol):
         content (an upstream's own error event is re-written so that it does)."""
         ...
 
+    # Optional: ``text_path: TextPath | None``, where a stream chunk that carries only a piece of
+    # text holds it (``("choices", 0, "delta", "content")``). Declaring it promises that a chunk
+    # which decodes to exactly ``[TextDelta(t)]``, followed by a chunk that is the same but for
+    # another non-empty string at that path, decodes to ``[TextDelta(that string)]`` and leaves
+    # the decoder as the first did. Such chunks are then read without parsing them
+    # (gateway.framing.template); the first of each run is still decoded, to confirm it.
+
     @property
     def stream_path(self) -> str | None:
         """A suffix that selects the streamed answer by path (``/stream``), or ``None`` when the

@@ -61,7 +61,7 @@ from gateway.dialects.base import (
     text_of,
 )
 from gateway.errors import DialectError
-from gateway.framing import Framing, Payload, RawData
+from gateway.framing import Framing, Payload, RawData, TextPath
 
 __all__ = ["ChatUIDialect"]
 
@@ -178,6 +178,8 @@ class ChatUIDialect(SamplesFromPackage):
     stream_content_type = "text/event-stream"
     stream_accept = SSE_ACCEPT
     cumulative_stream = True
+    # none: each event carries the whole text so far, which its decoder diffs
+    text_path: TextPath | None = None
     stream_path: str | None = None
     stream_by_accept = True
     default_path = "/api/chat"

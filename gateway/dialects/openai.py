@@ -60,7 +60,7 @@ from gateway.dialects.base import (
     split_known,
 )
 from gateway.errors import DialectError
-from gateway.framing import Framing, Payload, RawData
+from gateway.framing import Framing, Payload, RawData, TextPath
 
 __all__ = ["OpenAIDialect"]
 
@@ -111,6 +111,7 @@ class OpenAIDialect(SamplesFromPackage):
     stream_content_type = "text/event-stream"
     stream_accept = SSE_ACCEPT
     cumulative_stream = False
+    text_path: TextPath | None = ("choices", 0, "delta", "content")
     stream_path: str | None = None
     stream_by_accept = False
     default_path = "/v1/chat/completions"

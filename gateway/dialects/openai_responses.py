@@ -78,7 +78,7 @@ from gateway.dialects.base import (
     split_known,
 )
 from gateway.errors import DialectError
-from gateway.framing import Framing, Named, Payload, RawData, named
+from gateway.framing import Framing, Named, Payload, RawData, TextPath, named
 
 __all__ = ["OpenAIResponsesDialect"]
 
@@ -167,6 +167,8 @@ class OpenAIResponsesDialect(SamplesFromPackage):
     stream_content_type = "text/event-stream"
     stream_accept = SSE_ACCEPT
     cumulative_stream = False
+    # none: each event has its own sequence_number, so no two text frames share a template
+    text_path: TextPath | None = None
     stream_path: str | None = None
     stream_by_accept = False
     default_path = "/v1/responses"

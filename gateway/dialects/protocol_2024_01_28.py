@@ -49,7 +49,7 @@ from gateway.dialects.base import (
     usage_to_openai_shape,
 )
 from gateway.errors import DialectError
-from gateway.framing import Framing, Payload
+from gateway.framing import Framing, Payload, TextPath
 
 __all__ = ["Protocol20240128"]
 
@@ -70,6 +70,7 @@ class Protocol20240128(SamplesFromPackage):
     stream_content_type = "application/json-lines"
     stream_accept = JSON_LINES_ACCEPT
     cumulative_stream = False
+    text_path: TextPath | None = ("choices", 0, "delta", "content")
     stream_path: str | None = None
     stream_by_accept = False
     default_path = "/legacy/chat"

@@ -45,7 +45,7 @@ from gateway.dialects.base import (
     split_known,
 )
 from gateway.errors import DialectError
-from gateway.framing import Framing, Payload
+from gateway.framing import Framing, Payload, TextPath
 
 __all__ = ["Protocol20240529"]
 
@@ -81,6 +81,7 @@ class Protocol20240529(SamplesFromPackage):
     stream_content_type = "application/json-lines"
     stream_accept = JSON_LINES_ACCEPT
     cumulative_stream = False
+    text_path: TextPath | None = ("delta", "content")
     stream_path: str | None = "/stream"
     stream_by_accept = False
     default_path = "/chat"

@@ -15,6 +15,7 @@ import orjson
 from gateway.errors import FramingError
 from gateway.framing.jsonlines import DEFAULT_MAX_LINE, JsonLinesReader, encode_line
 from gateway.framing.sse import SSEEvent, SSEReader, encode_event
+from gateway.framing.template import Slot, TemplateReader, TextPath
 
 __all__ = [
     "Framing",
@@ -23,10 +24,13 @@ __all__ = [
     "PayloadReader",
     "RawData",
     "SSEEvent",
+    "Slot",
     "SniffingReader",
+    "TextPath",
     "detect_framing",
     "encoder_for",
     "named",
+    "slot_payload",
 ]
 
 Framing = Literal["jsonlines", "sse"]
@@ -55,6 +59,13 @@ def named(event: str, data: Any) -> Named:
     return tuple.__new__(Named, (event, data))
 
 
+def slot_payload(slot: Slot) -> Any:
+    """What the reader would have returned for ``slot``'s frame had it parsed it: its value, as
+    a :class:`Named` when its event has a name."""
+    value = slot.parsed()
+    return value if slot.event == "message" else named(slot.event, value)
+
+
 Payload: TypeAlias = bytes | Named
 """What an encoder hands to the framing: JSON bytes, or a named SSE event."""
 
@@ -69,11 +80,13 @@ class PayloadReader(Protocol):
 
 
 class _SSEPayloadReader:
-    __slots__ = ("_named", "_sse", "whole")
+    __slots__ = ("_named", "_sse", "_text", "whole")
 
-    def __init__(self, max_size: int, named: bool) -> None:
+    def __init__(self, max_size: int, named: bool, text: TemplateReader | None = None) -> None:
         self._sse = SSEReader(max_size)
         self._named = named
+        self._text = text
+        """Reads an event of the plain shapes by the stream's template when it fits."""
         self.whole = False
 
     def feed(self, data: bytes) -> list[Any]:
@@ -81,12 +94,16 @@ class _SSEPayloadReader:
             events = self._sse.plain_named(data)
             if events is not None:
                 self.whole = True
+                if self._text is not None:
+                    return [self._read(d, n) for n, d in events]
                 return [_payload_of_bytes(d) if n == "message" else named(n, _payload_of_bytes(d))
                         for n, d in events]
         else:
             plain = self._sse.plain_data(data)
             if plain is not None:
                 self.whole = True
+                if self._text is not None:
+                    return [self._read(d, "message") for d in plain]
                 return [_payload_of_bytes(d) for d in plain]
         before = self._sse.between_events and not data.startswith(b"\xef\xbb\xbf")
         payloads = self._payloads(self._sse.feed(data))
@@ -96,6 +113,16 @@ class _SSEPayloadReader:
 
     def finish(self) -> list[Any]:
         return self._payloads(self._sse.finish())
+
+    def _read(self, data: bytes, event: str) -> Any:
+        assert self._text is not None
+        try:
+            value = self._text.read(data, event)
+        except orjson.JSONDecodeError:
+            value = _payload(data.decode("utf-8", "replace"))  # as _payload_of_bytes does
+        if event == "message" or type(value) is Slot:
+            return value
+        return named(event, value)
 
     def _payloads(self, events: list[SSEEvent]) -> list[Any]:
         if not self._named:
@@ -129,20 +156,25 @@ def detect_framing(head: bytes) -> Framing | None:
 
 
 def reader_for(framing: Framing, max_size: int = DEFAULT_MAX_LINE, *,
-               named: bool = False) -> PayloadReader:
+               named: bool = False, text: TemplateReader | None = None) -> PayloadReader:
     """``named``: SSE events with an ``event:`` name other than ``message`` are returned as
-    :class:`Named` (for dialects whose events are named)."""
+    :class:`Named` (for dialects whose events are named). ``text``: frames that fit the
+    stream's template come as :class:`Slot` (see :mod:`gateway.framing.template`)."""
     if framing == "jsonlines":
-        return JsonLinesReader(max_size)
-    return _SSEPayloadReader(max_size, named)
+        return JsonLinesReader(max_size, text)
+    return _SSEPayloadReader(max_size, named, text)
 
 
 class SniffingReader:
     """Buffers until the first non-blank byte tells the framing, then delegates."""
 
-    __slots__ = ("_head", "_held", "_max", "_named", "_reader", "framing", "whole")
+    __slots__ = ("_head", "_held", "_max", "_named", "_reader", "_text", "framing", "whole")
 
-    def __init__(self, max_size: int = DEFAULT_MAX_LINE, *, named: bool = False) -> None:
+    def __init__(self, max_size: int = DEFAULT_MAX_LINE, *, named: bool = False,
+                 text_path: TextPath | None = None) -> None:
+        self._text = TemplateReader(text_path) if text_path is not None else None
+        """Given the path of a text frame's text, frames that fit the template learned from one
+        come as :class:`Slot`, unparsed (:mod:`gateway.framing.template`)."""
         self._head: list[bytes] = []
         """The blank reads so far (kept as they came: joined once, when the framing is
         known)."""
@@ -171,7 +203,7 @@ class SniffingReader:
                     raise FramingError(f"more than {self._max} blank bytes before any payload")
                 return []
             self.framing = framing
-            self._reader = reader_for(framing, self._max, named=self._named)
+            self._reader = reader_for(framing, self._max, named=self._named, text=self._text)
             if self._head:
                 data = b"".join([*self._head, data])
                 self._head = []
@@ -183,6 +215,12 @@ class SniffingReader:
 
     def finish(self) -> list[Any]:
         return [] if self._reader is None else self._reader.finish()
+
+    def drop_template(self) -> None:
+        """Frames that fit the template are not text alone (their decoder said): every frame is
+        parsed from now on."""
+        if self._text is not None:
+            self._text.drop()
 
 
 def encoder_for(framing: Framing) -> Callable[[Payload], bytes]:

@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from gateway.errors import FramingError
+from gateway.framing.template import TemplateReader
 
 __all__ = ["DEFAULT_MAX_LINE", "JsonLinesReader", "encode_line"]
 
@@ -84,9 +85,12 @@ class JsonLinesReader:
     once, when it ends (re-joining the held bytes on every read made a long line arriving in
     small reads quadratic: 8 MiB in 2 KiB reads cost seconds of CPU)."""
 
-    __slots__ = ("_held", "_max_line", "_parts", "_scanner", "scanned", "whole")
+    __slots__ = ("_held", "_max_line", "_parts", "_scanner", "_text", "scanned", "whole")
 
-    def __init__(self, max_line: int = DEFAULT_MAX_LINE) -> None:
+    def __init__(self, max_line: int = DEFAULT_MAX_LINE,
+                 text: TemplateReader | None = None) -> None:
+        self._text = text
+        """Reads a line by the stream's template when it fits (:mod:`gateway.framing.template`)."""
         self._parts: list[bytes] = []
         """The pieces of an unfinished line."""
         self._held = 0
@@ -154,7 +158,8 @@ class JsonLinesReader:
             raise FramingError(f"a line is longer than {self._max_line} bytes")
         if self._scanner is None or not self._scanner.pending:
             try:
-                out.append(orjson.loads(line))
+                out.append(orjson.loads(line) if self._text is None
+                           else self._text.read(line, "message"))
                 return
             except orjson.JSONDecodeError:
                 if not line.strip(_WS):

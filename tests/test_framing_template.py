@@ -1,0 +1,274 @@
+"""Text frames read by their template (gateway.framing.template): a frame that fits is read as
+exactly what parsing it would give, a frame that does not is parsed, and a stream decodes to the
+same events, and an identity route forwards the same bytes, with the template as without it, for
+every registered dialect."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.canonical import (
+    ChatRequest,
+    ContextUpdate,
+    Message,
+    StreamEvent,
+    StreamFinish,
+    StreamStart,
+    TextDelta,
+)
+from gateway.dialects import DIALECTS, Dialect
+from gateway.framing import Slot, SniffingReader, encoder_for, slot_payload
+from gateway.framing.template import TemplateReader, TextPath, learn
+from gateway.pipeline import StreamDecoding, StreamTranslator
+
+PATH: TextPath = ("choices", 0, "delta", "content")
+
+
+def frame(text: str, **extra: Any) -> bytes:
+    return orjson.dumps({"choices": [{"delta": {"content": text}, "index": 0}],
+                         "id": "c1", **extra})
+
+
+def read_all(reader: TemplateReader, frames: list[bytes], event: str = "message") -> list[Any]:
+    return [reader.read(f, event) for f in frames]
+
+
+def as_parsed(item: Any) -> Any:
+    return item.parsed() if isinstance(item, Slot) else item
+
+
+def test_frames_of_the_template_are_read_as_their_text() -> None:
+    texts = ["Hello", " wörld", " 😀", " a/b", " \u2028 ", " tok"]
+    frames = [frame(t) for t in texts]
+    out = read_all(TemplateReader(PATH), frames)
+    assert all(isinstance(o, Slot) for o in out)
+    assert [o.text for o in out] == texts
+    assert [o.raw for o in out] == frames
+    assert [as_parsed(o) for o in out] == [orjson.loads(f) for f in frames]
+
+
+@pytest.mark.parametrize("text", ['a "quote"', "back\\slash", "line\nbreak", "tab\t", "\x00"])
+def test_a_text_that_needs_unescaping_is_parsed(text: str) -> None:
+    reader = TemplateReader(PATH)
+    reader.read(frame("first"), "message")
+    got = reader.read(frame(text), "message")
+    # parsed (a template may be learned from it, but its value is the parser's)
+    assert not isinstance(got, Slot) or (got.value is not None and got.text == text)
+    assert as_parsed(got) == orjson.loads(frame(text))
+
+
+def test_bytes_around_the_text_that_differ_are_parsed() -> None:
+    reader = TemplateReader(PATH)
+    reader.read(frame("first"), "message")
+    template = reader.template
+    assert template is not None
+    for raw in (frame("x", usage={"total": 3}), frame("x").replace(b'"c1"', b'"c2"'),
+                b" " + frame("x"), frame("")):
+        assert template.match(raw) is None
+        got = reader.read(raw, "message")
+        assert not isinstance(got, Slot) or got.value is not None  # parsed
+        assert as_parsed(got) == orjson.loads(raw)
+
+
+def test_invalid_utf8_in_the_text_is_not_read_from_the_bytes() -> None:
+    reader = TemplateReader(PATH)
+    reader.read(frame("first"), "message")
+    bad = frame("ab").replace(b"ab", b"a\xff")
+    with pytest.raises(orjson.JSONDecodeError):
+        reader.read(bad, "message")
+
+
+def test_no_template_where_the_text_is_spelled_twice_or_otherwise() -> None:
+    value = orjson.loads(frame("tok"))
+    twice = orjson.dumps({"choices": [{"delta": {"content": "tok"}}], "echo": "tok"})
+    assert learn(twice, orjson.loads(twice), PATH, "tok", "message") is None
+    escaped = b'{"choices":[{"delta":{"content":"\\u0074ok"}}],"x":"tok"}'
+    assert learn(escaped, orjson.loads(escaped), PATH, "tok", "message") is None
+    duplicate = b'{"choices":[{"delta":{"content":"tok","content":"b"}}]}'
+    assert learn(duplicate, orjson.loads(duplicate), PATH, "b", "message") is not None
+    first_of_two = b'{"choices":[{"delta":{"content":"tok","content":"bee"}}]}'
+    assert learn(first_of_two, orjson.loads(first_of_two), PATH, "bee", "message") is not None
+    shadowed = b'{"choices":[{"delta":{"content":"tok","content":"bee"}}]}'
+    assert learn(shadowed, {"choices": [{"delta": {"content": "tok"}}]}, PATH, "tok",
+                 "message") is None
+    assert learn(frame("tok"), value, PATH, "tok", "message") is not None
+    assert value == orjson.loads(frame("tok"))  # learning leaves the parsed value as it was
+
+
+def test_a_template_holds_for_its_event_name_only() -> None:
+    reader = TemplateReader(("delta", "text"))
+    data = b'{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"%s"}}'
+    assert isinstance(reader.read(data % b"a", "content_block_delta"), Slot)
+    assert isinstance(reader.read(data % b"b", "content_block_delta"), Slot)
+    other = reader.read(data % b"c", "other")  # parsed (and learned from, for its own name)
+    assert not isinstance(other, Slot) or (other.value is not None and other.event == "other")
+    assert isinstance(reader.read(data % b"d", "other"), Slot)
+    assert reader.read(data % b"e", "content_block_delta").value is not None
+
+
+def test_learning_stops_after_a_few_frames_that_fit_no_template() -> None:
+    reader = TemplateReader(PATH)
+    for n in range(10):  # the text is also the id: never found once
+        raw = orjson.dumps({"choices": [{"delta": {"content": f"t{n}"}}], "id": f"t{n}"})
+        assert not isinstance(reader.read(raw, "message"), Slot)
+    assert reader.template is None and reader._tries == 0
+
+
+# --- what a frame that fits is, whatever its bytes: a property --------------------------------
+
+JSON_TEXT = st.text(st.characters(codec="utf-8"), max_size=12)
+SCALARS = (st.none() | st.booleans() | st.integers(-(2**53), 2**53)
+           | st.floats(allow_nan=False, allow_infinity=False) | JSON_TEXT)
+VALUES = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3)
+                      | st.dictionaries(JSON_TEXT, inner, max_size=3), max_leaves=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(extra=st.dictionaries(JSON_TEXT, VALUES, max_size=4), first=JSON_TEXT.filter(bool),
+       texts=st.lists(JSON_TEXT, max_size=6),
+       cuts=st.lists(st.tuples(st.integers(0, 300), st.binary(max_size=3)), max_size=3))
+def test_a_frame_read_by_its_template_is_what_parsing_it_gives(
+        extra: dict[str, Any], first: str, texts: list[str],
+        cuts: list[tuple[int, bytes]]) -> None:
+    def make(text: str) -> bytes:
+        return orjson.dumps({**extra, "choices": [{"delta": {"content": text}}]})
+
+    frames = [make(first), *(make(t) for t in texts)]
+    # and frames with a few bytes changed anywhere: they may fit the template or not
+    for at, junk in cuts:
+        base = frames[-1]
+        frames.append(base[:at] + junk + base[at + len(junk):])
+    reader = TemplateReader(("choices", 0, "delta", "content"))
+    for raw in frames:
+        try:
+            expected = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            with pytest.raises(orjson.JSONDecodeError):
+                reader.read(raw, "message")
+            continue
+        got = reader.read(raw, "message")
+        if isinstance(got, Slot):
+            assert got.raw == raw
+            assert got.text == expected["choices"][0]["delta"]["content"]
+            got = Slot(got.text, got.raw, got.event).parsed()  # parsed from its bytes
+        assert got == expected
+
+
+# --- streams: the same events, the same bytes, with the template as without -------------------
+
+
+class _Untemplated:
+    """A dialect as it is, but declaring no text path: frames are all parsed."""
+
+    text_path = None
+
+    def __init__(self, inner: Dialect) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+TEXTS = ["Hello", ", ", "wörld", " 😀", ' "quoted"', " back\\slash", "\n", " plain", " more",
+         " text", "!"]
+TEMPLATED = [d for d in DIALECTS.values() if getattr(d, "text_path", None) is not None]
+
+
+def _request() -> ChatRequest:
+    return ChatRequest(messages=[Message("user", "hi")], stream=True)
+
+
+def _stream(d: Dialect) -> list[bytes]:
+    """A stream as the dialect's own encoder writes it, one frame per write."""
+    encoder, framed = d.encoder(_request()), encoder_for(d.framing)
+    events: list[StreamEvent] = [StreamStart(model="m"), *(TextDelta(t) for t in TEXTS),
+                                 StreamFinish("stop")]
+    return [framed(p) for e in events for p in encoder.encode(e)]
+
+
+def _decoded(d: Any, reads: list[bytes]) -> list[StreamEvent]:
+    decoding = StreamDecoding(d)
+    out = [e for r in reads for e in decoding.feed(r)]
+    return out + decoding.finish()
+
+
+def test_some_dialects_declare_a_text_path() -> None:
+    assert TEMPLATED
+
+
+@pytest.mark.parametrize("d", list(DIALECTS.values()), ids=list(DIALECTS))
+def test_a_stream_decodes_alike_with_its_template(d: Dialect) -> None:
+    frames = _stream(d)
+    streams = [frames, [b"".join(frames)], *d.samples.streams.values()]
+    for reads in streams:
+        reads = [reads] if isinstance(reads, bytes) else reads
+        assert _decoded(d, reads) == _decoded(_Untemplated(d), reads)
+    assert [e.text for e in _decoded(d, frames) if isinstance(e, TextDelta)] == TEXTS
+
+
+@pytest.mark.parametrize("d", TEMPLATED, ids=[d.name for d in TEMPLATED])
+def test_most_text_frames_of_a_stream_are_read_by_the_template(d: Dialect) -> None:
+    reader = SniffingReader(named=d.named_events, text_path=d.text_path)  # type: ignore[attr-defined]
+    payloads = [p for f in _stream(d) for p in reader.feed(f)]
+    assert sum(isinstance(p, Slot) for p in payloads) >= len(TEXTS) - 4
+
+
+@pytest.mark.parametrize("d", list(DIALECTS.values()), ids=list(DIALECTS))
+def test_an_identity_route_forwards_the_same_bytes_with_its_template(d: Dialect) -> None:
+    frames = _stream(d)
+    blob = b"".join(frames)
+    # whole frames, one read, and reads cut inside frames (their frames are written back)
+    cuts = [blob[i:i + 37] for i in range(0, len(blob), 37)]
+    for reads in (frames, [blob], cuts):
+        outs = []
+        for dialect in (d, _Untemplated(d)):
+            tr = StreamTranslator(dialect, dialect, _request())  # type: ignore[arg-type]
+            outs.append(b"".join(tr.feed(r) for r in reads) + tr.finish())
+            assert tr.text_chars == sum(map(len, TEXTS))
+            assert tr.finish_reason == "stop"
+        assert outs[0] == outs[1]
+
+
+class _ContextEveryFrame:
+    """A decoder that reads each text frame as more than its text (a context update too), under
+    a dialect that still declares a text path: the template must not be trusted."""
+
+    def __init__(self) -> None:
+        self.started = False
+
+    def decode(self, payload: Any) -> list[StreamEvent]:
+        text = payload["choices"][0]["delta"]["content"]
+        return [ContextUpdate({"seen": text}), TextDelta(text)]
+
+    def end(self) -> list[StreamEvent]:
+        return [StreamFinish("stop")]
+
+
+class _Fixture:
+    name = "fixture"
+    named_events = False
+    text_path = PATH
+
+    def decoder(self) -> _ContextEveryFrame:
+        return _ContextEveryFrame()
+
+
+def test_frames_the_decoder_does_not_read_as_text_alone_are_decoded_in_full() -> None:
+    reads = [frame(t) + b"\n" for t in ("a", "b", "c", "d")]
+    events = _decoded(_Fixture(), reads)
+    assert events == [e for t in "abcd" for e in (ContextUpdate({"seen": t}), TextDelta(t))] + \
+        [StreamFinish("stop")]
+    assert slot_payload(Slot("a", frame("a"), "message")) == orjson.loads(frame("a"))
+
+
+def test_a_frame_nested_too_deeply_to_compare_gets_no_template() -> None:
+    deep = b'{"a":' * 1000 + b"1" + b"}" * 1000
+    raw = b'{"choices":[{"delta":{"content":"tok"}}],"deep":' + deep + b"}"
+    reader = TemplateReader(PATH)
+    got = reader.read(raw, "message")
+    assert not isinstance(got, Slot) and reader.template is None
