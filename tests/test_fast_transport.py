@@ -440,6 +440,15 @@ async def test_bytes_after_the_answer_make_the_connection_unusable() -> None:
     assert not conn.reusable
 
 
+@pytest.mark.parametrize("name", ["length", "chunked"])
+async def test_a_stray_answer_in_the_same_read_adds_nothing_to_the_body(name: str) -> None:
+    stray = (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+             b"5\r\nSTRAY\r\n5\r\nBYTES\r\n0\r\n\r\n")
+    conn, body = await _parse([WIRE[name] + stray])
+    assert body == TEXT
+    assert not conn.reusable
+
+
 # --- gzip and deflate ---------------------------------------------------------------------------
 
 

@@ -80,6 +80,9 @@ class Http1Connection(asyncio.Protocol):
         """Bytes came after the complete response: the connection is not reused."""
         self.keep_alive = False
         self.body: list[bytes] = []
+        self._kept = 0
+        """Pieces of :attr:`body` that are the answer's (on_body appends, data_received
+        checks)."""
         self.buffered = 0
         self.paused = False
         self.waiter: asyncio.Future[None] | None = None
@@ -102,8 +105,24 @@ class Http1Connection(asyncio.Protocol):
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self._close(UpstreamError("connect", _BAD_HTTP))
+            return
         except httptools.HttpParserError as e:
             self._close(UpstreamError("connect", _BAD_HTTP), e)
+            return
+        # What on_body only appended, seen to once a read (a stream's read holds many chunks)
+        body = self.body
+        if len(body) > self._kept:
+            if self.complete:  # a stray answer's body, after the answer's end: not the answer's
+                del body[self._kept:]
+            elif self._drained is not None:
+                self._drain_body()
+            else:
+                self._kept = len(body)
+                self.buffered += len(data)  # (with its chunk heads: a bound, not a count)
+                if self.buffered > HIGH_WATER and not self.paused and self.transport is not None:
+                    self.paused = True
+                    self.transport.pause_reading()
+                self._wake()
 
     def eof_received(self) -> bool:
         return False  # close the transport: a half-closed upstream connection is of no use
@@ -153,24 +172,19 @@ class Http1Connection(asyncio.Protocol):
             self.head.set_result(None)
 
     def on_body(self, body: bytes) -> None:
-        if self.complete:
-            return
-        if self._drained is not None:
-            self._drain_left -= len(body)
-            if self._drain_left < 0:
-                self._drain_end(False)
-            return
+        # Called once a chunk of a chunked body, many times a read: it only appends, and
+        # data_received (or on_message_complete) sees to the rest once.
         self.body.append(body)
-        self.buffered += len(body)
-        if self.buffered > HIGH_WATER and not self.paused and self.transport is not None:
-            self.paused = True
-            self.transport.pause_reading()
-        self._wake()
 
     def on_message_complete(self) -> None:
         if not self.headers_done or self.complete:
             return  # the end of an interim answer, or of bytes that followed the answer
         self.keep_alive = self._parser.should_keep_alive()
+        if self._drained is not None:
+            self._drain_body()
+            if self._drained is None:
+                return  # over its bound: already ended
+        self._kept = len(self.body)
         self._done()
         if self._drained is not None:
             self._drain_end(True)
@@ -217,7 +231,7 @@ class Http1Connection(asyncio.Protocol):
 
     def take(self) -> list[bytes]:
         """The buffered body pieces; reading resumes once they are taken."""
-        body, self.body, self.buffered = self.body, [], 0
+        body, self.body, self.buffered, self._kept = self.body, [], 0, 0
         if self.paused and self.transport is not None and not self.lost:
             self.paused = False
             self.transport.resume_reading()
@@ -238,6 +252,13 @@ class Http1Connection(asyncio.Protocol):
         self.idle_since = time.monotonic()
 
     # --- internals -------------------------------------------------------------------------
+
+    def _drain_body(self) -> None:
+        """Drops what came of a drained answer's body, and ends the drain past its bound."""
+        self._drain_left -= sum(map(len, self.body))
+        self.body.clear()
+        if self._drain_left < 0:
+            self._drain_end(False)
 
     def _drain_end(self, ok: bool) -> None:
         done, self._drained = self._drained, None
