@@ -71,6 +71,7 @@ from gateway.dialects.base import (
     sampling_of,
     split_known,
 )
+from gateway.dialects.shared import messages_of
 from gateway.errors import DialectError
 from gateway.framing import Framing, Named, Payload, RawData, TextPath, named
 
@@ -425,15 +426,8 @@ def _with_layout(m: Message, blocks: _Blocks, wire: list[JSON]) -> Message:
 
 
 def _parse_messages(obj: dict[str, JSON]) -> list[Message]:
-    raw = obj.get("messages")
-    if raw is None:
-        raise DialectError("is required", "messages")
-    if not isinstance(raw, list):
-        raise DialectError(f"must be a list, not {kind_of(raw)}", "messages")
-    if not raw:
-        raise DialectError("must hold at least one message", "messages")
     out: list[Message] = []
-    for i, m in enumerate(raw):
+    for i, m in enumerate(messages_of(obj)):
         out.extend(_parse_message(expect_object(m, f"messages[{i}]"), f"messages[{i}]"))
     return out
 

@@ -59,6 +59,7 @@ from gateway.dialects.base import (
     kind_of,
     split_known,
 )
+from gateway.dialects.shared import messages_of, role_and_content
 from gateway.errors import DialectError
 from gateway.framing import Framing, Payload, RawData, TextPath
 
@@ -327,28 +328,12 @@ class OpenAIDialect(SamplesFromPackage):
 
 
 def _parse_messages(obj: dict[str, JSON]) -> list[Message]:
-    raw = obj.get("messages")
-    if raw is None:
-        raise DialectError("is required", "messages")
-    if not isinstance(raw, list):
-        raise DialectError(f"must be a list, not {kind_of(raw)}", "messages")
-    if not raw:
-        raise DialectError("must hold at least one message", "messages")
     out: list[Message] = []
-    for i, m in enumerate(raw):
+    for i, raw in enumerate(messages_of(obj)):
         where = f"messages[{i}]"
-        m = expect_object(m, where)
-        role = m.get("role")
-        if not isinstance(role, str):
-            raise DialectError("must be a string", f"{where}.role")
+        m = expect_object(raw, where)
+        role, parts = role_and_content(m, where, _parse_parts)
         content = m.get("content")
-        parts: str | list[Part]
-        if content is None or isinstance(content, str):
-            parts = content or ""
-        elif isinstance(content, list):
-            parts = _parse_parts(content, f"{where}.content")
-        else:
-            raise DialectError("must be a string or a list of parts", f"{where}.content")
         name = m.get("name")
         if name is not None and not isinstance(name, str):
             raise DialectError("must be a string", f"{where}.name")

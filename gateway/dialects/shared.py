@@ -8,6 +8,7 @@ call these on every request, and ``base`` stays interpreted for plugin dialects 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from gateway.canonical import (
@@ -22,14 +23,19 @@ from gateway.canonical import (
 )
 from gateway.errors import DialectError
 
+# Reads a message's list of content parts: (the list, where it is) -> the parts.
+ReadParts = Callable[[list[JSON], str], list[Part]]
+
 __all__ = [
     "error_code_for",
     "error_text",
     "expect_object",
     "kind_of",
+    "messages_of",
     "parse_messages",
     "render_text_messages",
     "request_context",
+    "role_and_content",
     "sampling_of",
     "split_known",
     "text_of",
@@ -59,10 +65,27 @@ _MESSAGE_KEYS = frozenset({"role", "content", "context", "name"})
 
 
 def parse_messages(body: dict[str, JSON], *, name_key: str = "name",
-                   parse_content: Any = None) -> list[Message]:
+                   parse_content: ReadParts | None = None) -> list[Message]:
     """The ``messages`` list every chat dialect has: ``role``, ``content`` (a string, or a list
     read by ``parse_content(list, where) -> list[Part]``; without it, text parts only),
     optional ``context`` and a name under ``name_key``."""
+    known = _MESSAGE_KEYS | {name_key}
+    read_parts = parse_content or text_parts
+    out: list[Message] = []
+    for i, raw in enumerate(messages_of(body)):
+        where = f"messages[{i}]"
+        m = expect_object(raw, where)
+        role, parsed = role_and_content(m, where, read_parts)
+        name = m.get(name_key)
+        if name is not None and not isinstance(name, str):
+            raise DialectError("must be a string", f"{where}.{name_key}")
+        out.append(Message(role, parsed, m.get("context"), name, extras=split_known(m, known)))
+    return out
+
+
+def messages_of(body: dict[str, JSON]) -> list[JSON]:
+    """The request's ``messages``: a list of at least one (what each message is, the caller
+    reads)."""
     raw = body.get("messages")
     if raw is None:
         raise DialectError("is required", "messages")
@@ -70,28 +93,22 @@ def parse_messages(body: dict[str, JSON], *, name_key: str = "name",
         raise DialectError(f"must be a list, not {kind_of(raw)}", "messages")
     if not raw:
         raise DialectError("must hold at least one message", "messages")
-    known = _MESSAGE_KEYS | {name_key}
-    read_parts = parse_content or text_parts
-    out: list[Message] = []
-    for i, m in enumerate(raw):
-        where = f"messages[{i}]"
-        m = expect_object(m, where)
-        role = m.get("role")
-        if not isinstance(role, str):
-            raise DialectError("must be a string", f"{where}.role")
-        content = m.get("content")
-        parsed: str | list[Part]
-        if content is None or isinstance(content, str):
-            parsed = content or ""
-        elif isinstance(content, list):
-            parsed = read_parts(content, f"{where}.content")
-        else:
-            raise DialectError("must be a string or a list of parts", f"{where}.content")
-        name = m.get(name_key)
-        if name is not None and not isinstance(name, str):
-            raise DialectError("must be a string", f"{where}.{name_key}")
-        out.append(Message(role, parsed, m.get("context"), name, extras=split_known(m, known)))
-    return out
+    return raw
+
+
+def role_and_content(m: dict[str, JSON], where: str, read_parts: ReadParts,
+                     ) -> tuple[str, str | list[Part]]:
+    """A message's ``role`` (a string) and its ``content``: a string (``""`` for null), or the
+    parts ``read_parts(list, where)`` reads from a list."""
+    role = m.get("role")
+    if not isinstance(role, str):
+        raise DialectError("must be a string", f"{where}.role")
+    content = m.get("content")
+    if content is None or isinstance(content, str):
+        return role, content or ""
+    if isinstance(content, list):
+        return role, read_parts(content, f"{where}.content")
+    raise DialectError("must be a string or a list of parts", f"{where}.content")
 
 
 def text_parts(content: list[JSON], where: str) -> list[Part]:
