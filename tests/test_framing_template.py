@@ -234,6 +234,22 @@ def test_an_identity_route_forwards_the_same_bytes_with_its_template(d: Dialect)
         assert outs[0] == outs[1]
 
 
+@pytest.mark.parametrize("d", [d for d in DIALECTS.values() if d.framing == "jsonlines"],
+                         ids=lambda d: d.name)
+def test_lines_that_end_in_crlf_go_out_with_lf_alone(d: Dialect) -> None:
+    """A CR is whitespace to JSON: an upstream's CRLF lines, even a read of whole ones, reach
+    the client of an identity route with LF alone (and the same text)."""
+    blob = b"".join(_stream(d)).replace(b"\n", b"\r\n")
+    for reads in ([blob], [blob[:blob.index(b"\n") + 1], blob[blob.index(b"\n") + 1:]]):
+        outs = []
+        for dialect in (d, _Untemplated(d)):
+            tr = StreamTranslator(dialect, dialect, _request())  # type: ignore[arg-type]
+            outs.append(b"".join(tr.feed(r) for r in reads) + tr.finish())
+            assert b"\r" not in outs[-1]
+            assert tr.text_chars == sum(map(len, TEXTS)) and tr.finish_reason == "stop"
+        assert outs[0] == outs[1]
+
+
 class _ContextEveryFrame:
     """A decoder that reads each text frame as more than its text (a context update too), under
     a dialect that still declares a text path: the template must not be trusted."""

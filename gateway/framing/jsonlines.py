@@ -106,7 +106,10 @@ class JsonLinesReader:
 
     def feed(self, data: bytes) -> list[Any]:
         parts = self._parts
-        self.whole = not parts and data.endswith(b"\n") and self._scanner is None
+        # (a CR is only ever whitespace between JSON tokens: passed on, it would be the only
+        # CR the client sees, whose lines the gateway ends with LF alone)
+        self.whole = not parts and data.endswith(b"\n") and self._scanner is None \
+            and b"\r" not in data
         out: list[Any] = []
         start = 0
         find = data.find
