@@ -266,22 +266,27 @@ class StreamDecoding:
     :class:`StreamError` (:attr:`broken`: the gateway found it, not the upstream), after which
     nothing more is decoded."""
 
-    __slots__ = ("_decoder", "_reader", "_scrub", "_text_alone", "broken", "ended", "events",
-                 "scrubbed")
+    __slots__ = ("_again", "_decoder", "_reader", "_scrub", "_text_alone", "broken", "ended",
+                 "events", "scrubbed")
 
     def __init__(self, upstream: Dialect, max_size: int = DEFAULT_MAX_LINE,
                  scrub: Scrub | None = None) -> None:
         # A dialect that names where a text-only chunk holds its text (``text_path``, optional:
         # plugin dialects may not) has such chunks read without parsing them, once one was
-        # (gateway.framing.template); what they mean, its decoder confirms (:meth:`decode`).
+        # (gateway.framing.template); what they mean, its decoder confirms (:meth:`decode`). A
+        # dialect that numbers its frames names where too (``counter_path``).
         self._reader = SniffingReader(max_size, named=upstream.named_events,
-                                      text_path=getattr(upstream, "text_path", None))
+                                      text_path=getattr(upstream, "text_path", None),
+                                      counter_path=getattr(upstream, "counter_path", None))
         self._text_alone = False
         """The last payload decoded was a :class:`Slot` its decoder read as its text alone."""
         self._scrub = scrub
         """Applied to the upstream's own error events (its words: they may quote what it was
         sent, credentials included)."""
         self._decoder: StreamDecoder = upstream.decoder()
+        self._again: Callable[[str], None] | None = getattr(self._decoder, "again", None)
+        """A decoder that counts what a text frame gave (optional) is told of each text frame
+        read by the template, which it is not given to decode."""
         self.broken = False
         self.ended = False
         """A finish or an error was decoded: the stream is over."""
@@ -309,6 +314,8 @@ class StreamDecoding:
         self.events += 1
         if type(payload) is Slot:
             if self._text_alone:
+                if self._again is not None:
+                    self._again(payload.text)
                 return [TextDelta(payload.text)]
             events = self._decoded(slot_payload(payload))
             # The decoder read this frame as its text alone: it reads so every frame of the same
@@ -550,7 +557,10 @@ class StreamTranslator:
                 return self._events(events)
             self._pass_through(events)
             if self._follow is not None:
-                self._follow(slot_payload(payload) if type(payload) is Slot else payload)
+                # A frame read by the template and never parsed goes as the Slot it is: the
+                # frame followed last but for its text (and counter), as the dialect promised.
+                self._follow(payload if type(payload) is not Slot or payload.value is None
+                             else slot_payload(payload))
             return None
         return self._events(events) if events else b""
 

@@ -5,6 +5,7 @@ every registered dialect."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
@@ -119,6 +120,59 @@ def test_learning_stops_after_a_few_frames_that_fit_no_template() -> None:
     assert reader.template is None and reader._tries == 0
 
 
+# --- numbered frames: a slot for the counter ----------------------------------------------------
+
+COUNTER: TextPath = ("n",)
+
+
+def numbered(text: str, n: Any, *, first: bool = True, **extra: Any) -> bytes:
+    body = {"type": "delta", "index": 0, "delta": text, **extra}
+    return orjson.dumps({"n": n, **body} if first else {**body, "n": n})
+
+
+@pytest.mark.parametrize("first", [True, False], ids=["counter first", "text first"])
+def test_numbered_frames_are_read_with_their_number(first: bool) -> None:
+    reader = TemplateReader(("delta",), COUNTER)
+    got = [reader.read(numbered(f"t{k}", k, first=first), "message") for k in range(8)]
+    assert all(isinstance(g, Slot) for g in got)
+    assert [g.counter for g in got] == list(range(8))
+    assert [g.text for g in got] == [f"t{k}" for k in range(8)]
+    assert got[0].value is not None and all(g.value is None for g in got[1:])
+
+
+def test_a_number_that_does_not_follow_is_parsed_and_the_count_goes_on_from_it() -> None:
+    reader = TemplateReader(("delta",), COUNTER)
+    assert isinstance(reader.read(numbered("a", 0), "message"), Slot)
+    assert isinstance(reader.read(numbered("b", 1), "message"), Slot)
+    skipped = reader.read(numbered("c", 3), "message")  # parsed: not the number that follows
+    assert not isinstance(skipped, Slot) or skipped.value is not None
+    assert as_parsed(skipped) == orjson.loads(numbered("c", 3))
+    # a frame of another kind in between, numbered: the next text frame follows its number
+    other = reader.read(orjson.dumps({"n": 4, "type": "note"}), "message")
+    assert other == {"n": 4, "type": "note"}
+    after = reader.read(numbered("d", 5), "message")
+    assert isinstance(after, Slot) and after.value is None and after.counter == 5
+    for raw in (numbered("e", 6.0), numbered("e", -6), numbered("e", True),
+                numbered("e", 66), numbered("e", "6"), numbered("e", 6).replace(b"6", b"6 ", 1)):
+        got = reader.read(raw, "message")
+        assert not isinstance(got, Slot) or got.value is not None, raw
+        assert as_parsed(got) == orjson.loads(raw)
+
+
+def test_the_counter_is_found_where_its_digits_also_spell_other_numbers() -> None:
+    # the counter is 0, as are the index and a number in the text: only the counter is its slot
+    raw = orjson.dumps({"index": 0, "delta": "0 and 10", "n": 0, "m": [0, 10]})
+    template = learn(raw, orjson.loads(raw), ("delta",), "0 and 10", "message", COUNTER)
+    assert template is not None and template.counter and template.count == 0
+    nxt = orjson.dumps({"index": 0, "delta": "x", "n": 1, "m": [0, 10]})
+    assert template.match(nxt) == "x" and template.count == 1
+    assert template.match(orjson.dumps({"index": 1, "delta": "x", "n": 2, "m": [0, 10]})) is None
+    # a counter that is no whole non-negative number, or is not in the frame: no template
+    for value in (-1, 1.5, True, None, "1"):
+        raw = orjson.dumps({"delta": "tok", "n": value})
+        assert learn(raw, orjson.loads(raw), ("delta",), "tok", "message", COUNTER) is None
+
+
 # --- what a frame that fits is, whatever its bytes: a property --------------------------------
 
 JSON_TEXT = st.text(st.characters(codec="utf-8"), max_size=12)
@@ -159,6 +213,43 @@ def test_a_frame_read_by_its_template_is_what_parsing_it_gives(
         assert got == expected
 
 
+@settings(max_examples=300, deadline=None)
+@given(extra=st.dictionaries(JSON_TEXT, VALUES, max_size=4), first=JSON_TEXT.filter(bool),
+       start=st.integers(0, 2**40), steps=st.lists(st.tuples(JSON_TEXT, st.integers(-2, 3)),
+                                                   max_size=6),
+       before=st.booleans(),
+       cuts=st.lists(st.tuples(st.integers(0, 300), st.binary(max_size=3)), max_size=3))
+def test_a_numbered_frame_read_by_its_template_is_what_parsing_it_gives(
+        extra: dict[str, Any], first: str, start: int, steps: list[tuple[str, int]],
+        before: bool, cuts: list[tuple[int, bytes]]) -> None:
+    def make(text: str, n: int) -> bytes:
+        body = {**extra, "delta": text}
+        return orjson.dumps({"seq": n, **body} if before else {**body, "seq": n})
+
+    frames, n = [make(first, start)], start
+    for text, step in steps:  # mostly the number that follows, sometimes another
+        n += step
+        frames.append(make(text, n))
+    for at, junk in cuts:
+        base = frames[-1]
+        frames.append(base[:at] + junk + base[at + len(junk):])
+    reader = TemplateReader(("delta",), ("seq",))
+    for raw in frames:
+        try:
+            expected = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            with pytest.raises(orjson.JSONDecodeError):
+                reader.read(raw, "message")
+            continue
+        got = reader.read(raw, "message")
+        if isinstance(got, Slot):
+            assert got.raw == raw
+            assert got.text == expected["delta"]
+            assert got.counter == expected["seq"]
+            got = Slot(got.text, got.raw, got.event).parsed()
+        assert got == expected
+
+
 # --- streams: the same events, the same bytes, with the template as without -------------------
 
 
@@ -177,6 +268,10 @@ class _Untemplated:
 TEXTS = ["Hello", ", ", "wörld", " 😀", ' "quoted"', " back\\slash", "\n", " plain", " more",
          " text", "!"]
 TEMPLATED = [d for d in DIALECTS.values() if getattr(d, "text_path", None) is not None]
+
+
+_WHEN = re.compile(rb'\d{4}-\d\d-\d\dT[\d:.]+Z|(?<="created":)\d+|(?<="created_at":)\d+')
+"""A time an encoder writes of its own (ISO 8601, or seconds since the epoch)."""
 
 
 def _request() -> ChatRequest:
@@ -213,7 +308,8 @@ def test_a_stream_decodes_alike_with_its_template(d: Dialect) -> None:
 
 @pytest.mark.parametrize("d", TEMPLATED, ids=[d.name for d in TEMPLATED])
 def test_most_text_frames_of_a_stream_are_read_by_the_template(d: Dialect) -> None:
-    reader = SniffingReader(named=d.named_events, text_path=d.text_path)  # type: ignore[attr-defined]
+    reader = SniffingReader(named=d.named_events, text_path=d.text_path,  # type: ignore[attr-defined]
+                            counter_path=getattr(d, "counter_path", None))
     payloads = [p for f in _stream(d) for p in reader.feed(f)]
     assert sum(isinstance(p, Slot) for p in payloads) >= len(TEXTS) - 4
 
@@ -232,6 +328,23 @@ def test_an_identity_route_forwards_the_same_bytes_with_its_template(d: Dialect)
             assert tr.text_chars == sum(map(len, TEXTS))
             assert tr.finish_reason == "stop"
         assert outs[0] == outs[1]
+
+
+@pytest.mark.parametrize("d", list(DIALECTS.values()), ids=list(DIALECTS))
+def test_an_identity_stream_cut_short_ends_alike_with_its_template(d: Dialect) -> None:
+    """What an encoder writes after the upstream's own frames (the error of a stream cut short)
+    continues them the same when they were read by the template: numbering, ids, text kept."""
+    frames = _stream(d)
+    for cut in range(1, len(frames)):
+        outs = []
+        for dialect in (d, _Untemplated(d)):
+            tr = StreamTranslator(dialect, dialect, _request())  # type: ignore[arg-type]
+            out = b"".join(tr.feed(f) for f in frames[:cut]) \
+                + tr.abort("the upstream reset the connection")
+            outs.append(_WHEN.sub(b"<when>", out))  # the clock is no part of it
+            assert tr.failed and tr.broken
+        assert outs[0] == outs[1]
+        assert outs[0].startswith(_WHEN.sub(b"<when>", b"".join(frames[:cut])))
 
 
 @pytest.mark.parametrize("d", [d for d in DIALECTS.values() if d.framing == "jsonlines"],

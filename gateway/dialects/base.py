@@ -240,6 +240,12 @@ class Dialect(Protocol):
     # another non-empty string at that path, decodes to ``[TextDelta(that string)]`` and leaves
     # the decoder as the first did. Such chunks are then read without parsing them
     # (gateway.framing.template); the first of each run is still decoded, to confirm it.
+    # Optional with it: ``counter_path: TextPath | None``, where a dialect that numbers its stream
+    # frames holds the number (``("sequence_number",)``): the promise above then holds for a chunk
+    # that also carries another number there. A decoder that counts what text chunks gave may
+    # define ``again(text)``: it is called for each chunk read by the template instead of
+    # decoding it. An encoder's ``follow(payload)`` (identity routes) then gets such a chunk as
+    # the ``Slot`` it is: the payload it followed last, but for its text (and number).
 
     @property
     def stream_path(self) -> str | None:

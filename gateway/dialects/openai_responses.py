@@ -78,7 +78,7 @@ from gateway.dialects.base import (
     split_known,
 )
 from gateway.errors import DialectError
-from gateway.framing import Framing, Named, Payload, RawData, TextPath, named
+from gateway.framing import Framing, Named, Payload, RawData, Slot, TextPath, named
 
 __all__ = ["OpenAIResponsesDialect"]
 
@@ -167,8 +167,10 @@ class OpenAIResponsesDialect(SamplesFromPackage):
     stream_content_type = "text/event-stream"
     stream_accept = SSE_ACCEPT
     cumulative_stream = False
-    # none: each event has its own sequence_number, so no two text frames share a template
-    text_path: TextPath | None = None
+    # Each event has its own sequence_number: the template of a text frame holds a slot for it
+    # (the decoder reads no number; its encoder follows the one a Slot carries).
+    text_path: TextPath | None = ("delta",)
+    counter_path: TextPath | None = ("sequence_number",)
     stream_path: str | None = None
     stream_by_accept = False
     default_path = "/v1/responses"
@@ -1031,7 +1033,7 @@ class _Decoder:
     """
 
     __slots__ = ("_calls", "_citations", "_done", "_finished_items", "_last_reasoning", "_ncalls",
-                 "_sent", "_started")
+                 "_sent", "_started", "_texted")
 
     def __init__(self) -> None:
         self._started = False
@@ -1045,6 +1047,14 @@ class _Decoder:
         self._citations: list[Citation] = []
         self._last_reasoning: tuple[int, str, int] | None = None
         """Where the reasoning text just passed on came from (None after any other event)."""
+        self._texted: tuple[int, str, int] | None = None
+        """Where the text of the last text delta went (its count, for :meth:`again`)."""
+
+    def again(self, text: str) -> None:
+        """A text delta like the last one decoded, but for its text (and number), was read from
+        its template: counted as decoding it would have."""
+        if self._texted is not None:
+            self._sent[self._texted] += len(text)
 
     def decode(self, payload: Any) -> list[StreamEvent]:
         if self._done:
@@ -1132,6 +1142,7 @@ class _Decoder:
         if not delta:
             return
         if kind == "text":
+            self._texted = key
             self._emit(events, TextDelta(delta))
             return
         if self._last_reasoning is not None and self._last_reasoning != key:
@@ -1341,6 +1352,7 @@ class _Encoder:
         "_closed",
         "_created",
         "_echo",
+        "_followed_text",
         "_id",
         "_items",
         "_model",
@@ -1360,6 +1372,8 @@ class _Encoder:
         self._started = False
         self._closed = False
         self._items: list[_Item] = []
+        self._followed_text: _Item | None = None
+        """Identity route: the message whose text delta was followed last (see :meth:`follow`)."""
         self._open: _Item | None = None  # the message being written
         self._reasoning: _Item | None = None  # the reasoning item being written
         self._calls: dict[int, _Item] = {}  # canonical call index -> its open item
@@ -1609,7 +1623,16 @@ class _Encoder:
 
     def follow(self, payload: Any) -> None:
         """The upstream's own event went to the client (identity route): take its numbering,
-        ids and items as this encoder's own, so that an error written next continues it."""
+        ids and items as this encoder's own, so that an error written next continues it. A
+        :class:`Slot` is a text delta read by its template, never parsed: the event followed
+        last, but for its text and number."""
+        if type(payload) is Slot:
+            if payload.counter is not None:
+                self._seq = max(self._seq, payload.counter + 1)
+            if self._followed_text is not None:
+                self._followed_text.chunks.append(payload.text)
+            return
+        self._followed_text = None
         if not isinstance(payload, Named) or not isinstance(payload.data, dict):
             return
         p: dict[str, Any] = payload.data
@@ -1641,6 +1664,8 @@ class _Encoder:
         if kind in ("response.output_text.delta", "response.reasoning_summary_text.delta",
                     "response.function_call_arguments.delta") and isinstance(delta, str):
             followed.chunks.append(delta)
+            if kind == "response.output_text.delta":
+                self._followed_text = followed
         elif kind in ("response.content_part.added", "response.reasoning_summary_part.added"):
             followed.part_open = True
         elif kind in _PART_CLOSERS:

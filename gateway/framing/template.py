@@ -18,6 +18,13 @@ place changes the value at that path and nothing else (checked by parsing the su
 once): an upstream that spells its strings another way, or repeats the text elsewhere in the
 frame, is simply parsed frame by frame.
 
+A stream may also number its frames (``"sequence_number":7``): the caller then gives the path of
+that counter too, and the template holds a slot for it, filled with the number that follows the
+last frame's. A frame is read by its template only when it carries exactly that number, spelled
+as JSON spells an integer (the digits alone, as a compact writer puts them); any other number is
+parsed, and a parsed frame's counter sets the one expected next. An integer token ends at its
+first non-digit, so, as for the text, the tokens around it are the learned frame's own.
+
 What a :class:`Slot` means (a text-only event) is not this module's to say: the stream's decoder
 confirms it (``gateway.pipeline.StreamDecoding``).
 """
@@ -38,6 +45,12 @@ _NOT_PLAIN = re.compile(rb'["\\\x00-\x1f]')
 """What a string body read from the bytes may not hold: a quote or a backslash (its token would
 end, or need unescaping) or a control character (not valid in a JSON string)."""
 
+_DELIMITS = frozenset(b' \t\r\n:,[]{}')
+"""The bytes that may stand before and after a number token in JSON (its neighbours)."""
+
+_COUNTER_SPOTS = 4
+"""Places where a counter's digits occur in a frame that learning tries (a parse each)."""
+
 _LEARN_TRIES = 4
 """Frames with text at the path that a stream may try to learn a template from: an upstream whose
 frames never fit one costs a few parses more, not one per frame."""
@@ -45,16 +58,18 @@ frames never fit one costs a few parses more, not one per frame."""
 
 class Slot:
     """A frame read by its template: its text and its raw JSON bytes, the SSE event it came in
-    (``message`` when unnamed), and its parsed value when it was parsed anyway (the frame the
-    template was learned from)."""
+    (``message`` when unnamed), its counter when the template has one, and its parsed value when
+    it was parsed anyway (the frame the template was learned from)."""
 
-    __slots__ = ("event", "raw", "text", "value")
+    __slots__ = ("counter", "event", "raw", "text", "value")
 
-    def __init__(self, text: str, raw: bytes, event: str, value: Any = None) -> None:
+    def __init__(self, text: str, raw: bytes, event: str, value: Any = None,
+                 counter: int | None = None) -> None:
         self.text = text
         self.raw = raw
         self.event = event
         self.value = value
+        self.counter = counter
 
     def parsed(self) -> Any:
         """The frame's JSON value (parsed now, if it was not)."""
@@ -67,18 +82,45 @@ class Slot:
 
 
 class FrameTemplate:
-    """The bytes around the text of one frame (see the module's docstring)."""
+    """The bytes around the text of one frame, and around its counter when it has one (see the
+    module's docstring)."""
 
-    __slots__ = ("_least", "_prefix", "_suffix", "event")
+    __slots__ = ("_after", "_before", "_counted_first", "_least", "_prefix", "_suffix", "count",
+                 "counter", "event")
 
-    def __init__(self, prefix: bytes, suffix: bytes, event: str) -> None:
+    def __init__(self, prefix: bytes, suffix: bytes, event: str,
+                 counter: tuple[bytes, bytes, bool, int] | None = None) -> None:
         self._prefix = prefix
         self._suffix = suffix
-        self._least = len(prefix) + len(suffix)
         self.event = event
+        self.counter = counter is not None
+        """The template has a counter slot."""
+        self.count = -1
+        """The counter of the last frame of the stream seen."""
+        self._before = self._after = b""
+        self._counted_first = False
+        if counter is not None:
+            # (the bytes before and after the counter's digits on their side of the text,
+            # whether that side is the prefix, and the learned frame's counter)
+            self._before, self._after, self._counted_first, count = counter
+            self.counted(count)
+        self._least = len(self._prefix) + len(self._suffix)
+
+    def counted(self, count: int) -> None:
+        """A frame of the stream carried ``count``: the next one to match carries the next."""
+        if not self.counter:
+            return
+        self.count = count
+        spelled = b"".join((self._before, str(count + 1).encode(), self._after))
+        if self._counted_first:
+            self._prefix = spelled
+        else:
+            self._suffix = spelled
+        self._least = len(self._prefix) + len(self._suffix)
 
     def match(self, raw: bytes) -> str | None:
-        """The text of ``raw`` when it is the template's frame with another plain string."""
+        """The text of ``raw`` when it is the template's frame with another plain string (and,
+        when it has one, the next counter: :attr:`count` is then that frame's)."""
         if len(raw) <= self._least or not raw.startswith(self._prefix) \
                 or not raw.endswith(self._suffix):
             return None
@@ -86,9 +128,12 @@ class FrameTemplate:
         if _NOT_PLAIN.search(body) is not None:
             return None
         try:
-            return body.decode()
+            text = body.decode()
         except UnicodeDecodeError:
             return None
+        if self.counter:
+            self.counted(self.count + 1)
+        return text
 
 
 def _at(value: Any, path: TextPath) -> Any:
@@ -104,8 +149,8 @@ def _at(value: Any, path: TextPath) -> Any:
     return value
 
 
-def _put(value: Any, path: TextPath, text: str) -> bool:
-    """Sets the string at ``path`` (which :func:`_at` found) to ``text``."""
+def _put(value: Any, path: TextPath, text: Any) -> bool:
+    """Sets the value at ``path`` (which :func:`_at` found) to ``text``."""
     if not path:
         return False
     parent = _at(value, path[:-1])
@@ -119,30 +164,76 @@ def _put(value: Any, path: TextPath, text: str) -> bool:
     return False
 
 
-def learn(raw: bytes, value: Any, path: TextPath, text: str, event: str) -> FrameTemplate | None:
+def _counter_spots(raw: bytes, digits: bytes, skip: tuple[int, int]) -> list[int]:
+    """Where ``digits`` occur in ``raw`` as a whole number token (outside ``skip``, the text's
+    own bytes): the places a counter of that value may be."""
+    spots: list[int] = []
+    at = raw.find(digits)
+    while at >= 0 and len(spots) < _COUNTER_SPOTS:
+        end = at + len(digits)
+        if (at > 0 and raw[at - 1] in _DELIMITS and end < len(raw) and raw[end] in _DELIMITS
+                and not skip[0] <= at < skip[1]):
+            spots.append(at)
+        at = raw.find(digits, end)
+    return spots
+
+
+def learn(raw: bytes, value: Any, path: TextPath, text: str, event: str,
+          counter_path: TextPath | None = None) -> FrameTemplate | None:
     """The template of ``raw`` (whose parsed value is ``value``, with the non-empty ``text`` at
-    ``path``) around that string, or ``None`` when it is not one to read from the bytes (see the
-    module's docstring)."""
+    ``path``, and a counter at ``counter_path`` when one is given) around that string (and that
+    counter), or ``None`` when it is not one to read from the bytes (see the module's
+    docstring)."""
     literal = orjson.dumps(text)  # the string as a compact JSON writer spells it
     at = raw.find(literal)
     if at < 0 or raw.find(literal, at + 1) >= 0:
         return None
     prefix, suffix = raw[:at + 1], raw[at + len(literal) - 1:]
     probe = "z" if text == "q" else "q"  # not a JSON literal's first letter (true, false, null)
+    if counter_path is None:
+        return FrameTemplate(prefix, suffix, event) if _same_but(
+            value, prefix + probe.encode() + suffix, ((path, text, probe),)) else None
+    count = _at(value, counter_path)
+    if type(count) is not int or count < 0:
+        return None
+    digits, following = str(count).encode(), str(count + 1).encode()
+    for spot in _counter_spots(raw, digits, (at, at + len(literal))):
+        end = spot + len(digits)
+        first = spot < at
+        if first:
+            probed = raw[:spot] + following + raw[end:at + 1] + probe.encode() + suffix
+        else:
+            probed = prefix + probe.encode() + raw[at + len(literal) - 1:spot] + following \
+                + raw[end:]
+        if _same_but(value, probed, ((path, text, probe), (counter_path, count, count + 1))):
+            if first:
+                around = (raw[:spot], raw[end:at + 1], True, count)
+            else:
+                around = (raw[at + len(literal) - 1:spot], raw[end:], False, count)
+            return FrameTemplate(prefix, suffix, event, around)
+    return None
+
+
+def _same_but(value: Any, probed: bytes, changes: tuple[tuple[TextPath, Any, Any], ...]) -> bool:
+    """``probed`` parses to ``value`` with each change's path holding its new value instead of
+    its old, and nothing else changed (``value`` is left as it was)."""
     try:
-        substituted = orjson.loads(prefix + probe.encode() + suffix)
+        substituted = orjson.loads(probed)
     except orjson.JSONDecodeError:
-        return None
-    # ``value`` with the probe in place, compared, then given its text back
-    if not _put(value, path, probe):
-        return None
+        return False
+    done: list[tuple[TextPath, Any]] = []
     try:
-        same = substituted == value
+        for path, old, new in changes:
+            if not _put(value, path, new):
+                return False
+            done.append((path, old))
+        return bool(substituted == value)
     except RecursionError:  # a value nested deeper than comparing can walk: no template
-        same = False
+        return False
     finally:
-        _put(value, path, text)
-    return FrameTemplate(prefix, suffix, event) if same else None
+        done.reverse()  # (not ``reversed()``: mypyc cannot compile that loop over Any tuples)
+        for put in done:
+            _put(value, put[0], put[1])
 
 
 class TemplateReader:
@@ -150,10 +241,12 @@ class TemplateReader:
     the stream's template matches, else the parsed value, learning a template from it while
     tries are left (raises :class:`orjson.JSONDecodeError` as ``orjson.loads`` does)."""
 
-    __slots__ = ("_path", "_tries", "template")
+    __slots__ = ("_counter_path", "_path", "_tries", "template")
 
-    def __init__(self, path: TextPath) -> None:
+    def __init__(self, path: TextPath, counter_path: TextPath | None = None) -> None:
         self._path = path
+        self._counter_path = counter_path
+        """Where a frame holds its counter, when the stream numbers its frames."""
         self._tries = _LEARN_TRIES
         self.template: FrameTemplate | None = None
 
@@ -162,17 +255,25 @@ class TemplateReader:
         if template is not None and event == template.event:
             text = template.match(raw)
             if text is not None:
-                return Slot(text, raw, event)
+                return Slot(text, raw, event, None, template.count if template.counter else None)
         value = orjson.loads(raw)
+        if template is not None and template.counter:
+            # a frame between two runs of text frames is numbered too: the next text frame's
+            # counter follows this one's
+            assert self._counter_path is not None
+            count = _at(value, self._counter_path)
+            if type(count) is int and count >= 0:
+                template.counted(count)
         if self._tries:
             # no template yet, or text frames of another shape (a new content block): learn
             found = _at(value, self._path)
             if isinstance(found, str) and found:
                 self._tries -= 1
-                learned = learn(raw, value, self._path, found, event)
+                learned = learn(raw, value, self._path, found, event, self._counter_path)
                 if learned is not None:
                     self.template = learned
-                    return Slot(found, raw, event, value)
+                    return Slot(found, raw, event, value,
+                                learned.count if learned.counter else None)
         return value
 
     def drop(self) -> None:
