@@ -23,6 +23,8 @@ reader hands over, a loop iteration later).
 from __future__ import annotations
 
 import asyncio
+import signal
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -184,15 +186,41 @@ def _window(duration: float, warmup: float) -> RunResult:
 def run(main: Awaitable[T], client: str) -> T:
     """Runs a benchmark's main coroutine: on uvloop with the lean client (when installed: it is
     a dependency of the gateway on Linux), on asyncio's own loop with aiohttp's (as before, so that
-    its figures stay comparable with the earlier runs)."""
+    its figures stay comparable with the earlier runs).
+
+    A SIGTERM cancels ``main`` as Ctrl-C does, so that its ``finally`` stops the servers it
+    started (each in its own session, out of reach of a signal to this one's group) before this
+    process exits, with status 143."""
     if client == "lean":
         try:
             import uvloop
         except ImportError:
             pass
         else:
-            return uvloop.run(main)  # type: ignore[arg-type]
-    return asyncio.run(main)  # type: ignore[arg-type]
+            return uvloop.run(_cancelled_by_sigterm(main))
+    return asyncio.run(_cancelled_by_sigterm(main))
+
+
+async def _cancelled_by_sigterm(main: Awaitable[T]) -> T:
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    terminated: list[bool] = []
+
+    def on_sigterm() -> None:
+        terminated.append(True)
+        task.cancel()
+
+    loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+    try:
+        return await main
+    except asyncio.CancelledError:
+        if terminated:
+            print("terminated: the servers this run started are stopped", file=sys.stderr)
+            raise SystemExit(128 + signal.SIGTERM) from None
+        raise
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
 
 
 def _check(target: Target, status: int, raw: bytes) -> str | None:

@@ -5,7 +5,10 @@ answer checked. Functional only: the benchmark's figures are never part of the t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
+import os
+import signal
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -148,3 +151,49 @@ async def _ask_raw(port: int) -> h1load.Answer:
     assert not conn.usable, "a connection the server closes is not used again"
     conn.close()
     return answer
+
+
+_TERMINATED_RUN = """
+import asyncio, sys
+from pathlib import Path
+sys.path.insert(0, {bench!r})
+import driver, procs
+
+async def main() -> int:
+    child = procs.Proc("sleeper", [sys.executable, "-c", "import time; time.sleep(60)"], None,
+                       Path({log!r}))
+    try:
+        print(child.pid, flush=True)
+        await asyncio.sleep(60)
+        return 0
+    finally:
+        child.stop()
+
+sys.exit(driver.run(main(), {client!r}))
+"""
+
+
+@pytest.mark.parametrize("client", driver.GENERATORS)
+async def test_a_terminated_benchmark_stops_the_servers_it_started(client: str,
+                                                                   tmp_path: Path) -> None:
+    """The benchmark's servers run in sessions of their own, so a SIGTERM to the benchmark must
+    reach them through its cleanup: none is left running, and the exit says it was terminated."""
+    script = _TERMINATED_RUN.format(bench=str(_BENCH), log=str(tmp_path / "sleeper.log"),
+                                    client=client)
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-c", script,
+                                                stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.PIPE)
+    async with asyncio.timeout(20):
+        assert proc.stdout is not None
+        child = int(await proc.stdout.readline())
+        os.kill(child, 0)  # running
+        proc.send_signal(signal.SIGTERM)
+        _, err = await proc.communicate()
+    try:
+        assert proc.returncode == 128 + signal.SIGTERM, err.decode()
+        with pytest.raises(ProcessLookupError):
+            os.kill(child, 0)
+        assert b"Traceback" not in err
+    finally:  # a failed run must not leave its sleeper behind either
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child, signal.SIGKILL)
