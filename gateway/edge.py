@@ -175,8 +175,9 @@ class EdgeProtocol(RequestHandler):
             self._timer.cancel()
             self._timer = None
         super().connection_lost(exc)
-        if self._lane is not None:
-            self._lane.lost()
+        lane, self._lane = self._lane, None  # the lane refers back to this protocol: no cycle
+        if lane is not None:
+            lane.lost()
 
     def data_received(self, data: bytes) -> None:
         self._last_data = self._loop.time()

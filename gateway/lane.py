@@ -129,20 +129,35 @@ class _Stop(Exception):
     """Raised from a parser callback to stop the parser where it is (httptools wraps it)."""
 
 
-class _Shadow:
-    """Follows the bytes aiohttp's parser is given, to tell when it is between two requests."""
+class _InMessage:
+    """The shadow parser's callbacks: whether it is inside a request. Apart from
+    :class:`_Shadow`, so that the parser (which holds these bound methods) and what holds the
+    parser form no reference cycle: both go when the lane drops the shadow."""
 
-    __slots__ = ("busy", "parser")
+    __slots__ = ("busy",)
 
     def __init__(self) -> None:
         self.busy = False
-        self.parser = httptools.HttpRequestParser(self)
 
     def on_message_begin(self) -> None:
         self.busy = True
 
     def on_message_complete(self) -> None:
         self.busy = False
+
+
+class _Shadow:
+    """Follows the bytes aiohttp's parser is given, to tell when it is between two requests."""
+
+    __slots__ = ("message", "parser")
+
+    def __init__(self) -> None:
+        self.message = _InMessage()
+        self.parser = httptools.HttpRequestParser(self.message)
+
+    @property
+    def busy(self) -> bool:
+        return self.message.busy
 
 
 class Lane:
@@ -231,6 +246,12 @@ class Lane:
             self.request.body_failed(ConnectionResetError("the client's connection is closed"))
         if self.task is not None:
             self.task.cancel()
+        # A parser holds this lane's (or the shadow's) bound methods: a reference cycle that,
+        # left to the collector, keeps each closed connection's objects until a full
+        # collection, which the gateway's thresholds make rare (docs/performance.md). Nothing
+        # is parsed after the connection is lost (``data`` returns on a closed protocol).
+        self._parser = None
+        self._shadow = None
 
     # -- bytes in -----------------------------------------------------------------------------
 
