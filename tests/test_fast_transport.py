@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import gzip
 import socket
 import ssl
@@ -22,6 +23,7 @@ import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import httptools
 import pytest
 import trustme
 import uvloop
@@ -191,6 +193,60 @@ async def test_a_server_that_will_close_gets_a_new_connection(fast: FastTranspor
             assert await read_all(r) == b'{"ok":true}'
             r.close()
         assert server.connections == 2
+
+
+async def _closes_after_answering(server: RawServer, reader: asyncio.StreamReader,
+                                  writer: asyncio.StreamWriter) -> None:
+    while await server.next_request(reader) is not None:
+        writer.write(answer(extra="Connection: close\r\n"))
+        await writer.drain()
+
+
+async def _hangs_up_mid_body(server: RawServer, reader: asyncio.StreamReader,
+                             writer: asyncio.StreamWriter) -> None:
+    if await server.next_request(reader) is not None:
+        writer.write(answer(b'{"ok":true, "and": "more"}')[:-8])
+        await writer.drain()
+
+
+async def _ask_once(fast: FastTransport, url: str) -> None:
+    """One request, its answer read to its end or its failure (a function of its own: no local
+    of the caller's holds the response after it)."""
+    r = await fast.send(request(url))
+    try:
+        await read_all(r)
+    except UpstreamError:
+        pass
+    finally:
+        r.close()
+
+
+@pytest.mark.parametrize("script", [_closes_after_answering, _hangs_up_mid_body],
+                         ids=["connection-close", "cut-mid-body"])
+async def test_a_closed_upstream_connection_leaves_no_reference_cycle(
+        fast: FastTransport, script: Callable[..., Awaitable[None]]) -> None:
+    """A connection's parser holds its bound methods, and an error raised to its reader holds
+    (through its traceback) the connection that holds the error. Left as cycles, every closed
+    upstream connection (a backend that closes after each answer, one cut short) would wait,
+    with its buffers, for a full collection, which the gateway's collector thresholds make
+    rare. Each case fails without its half of the change."""
+    async with RawServer(script) as server:
+        gc.collect()
+        gc.disable()
+        try:
+            for _ in range(3):
+                await _ask_once(fast, server.url)
+            assert server.connections == 3
+            await asyncio.sleep(0.05)  # the last close reaches the connection
+            gc.set_debug(gc.DEBUG_SAVEALL)
+            gc.collect()
+        finally:
+            gc.set_debug(0)
+            gc.enable()
+    left = [type(o).__qualname__ for o in gc.garbage
+            if isinstance(o, (Http1Connection, httptools.HttpResponseParser))]
+    gc.garbage.clear()
+    assert left == []
 
 
 class ThreadServer:

@@ -55,7 +55,10 @@ class Http1Connection(asyncio.Protocol):
         and a request would ask several times."""
         self.wheel = deadlines(self.loop)
         self._on_lost = on_lost
-        self._parser = httptools.HttpResponseParser(self)
+        self._parser: httptools.HttpResponseParser | None = httptools.HttpResponseParser(self)
+        """Holds this connection's bound methods: dropped when the connection is lost, so that
+        the two form no reference cycle for the collector (docs/performance.md, "Closed
+        connections freed at once")."""
         self.transport: asyncio.Transport | None = None
         self.fd = -1
         self.lost = False
@@ -101,8 +104,11 @@ class Http1Connection(asyncio.Protocol):
             # Bytes nobody asked for (a late reply, a server's goodbye): never reuse this.
             self._close(None)
             return
+        parser = self._parser
+        if parser is None:  # lost (asyncio calls nothing after that; a guard for the type)
+            return
         try:
-            self._parser.feed_data(data)
+            parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self._close(UpstreamError("connect", _BAD_HTTP))
             return
@@ -138,6 +144,7 @@ class Http1Connection(asyncio.Protocol):
                 self._done()  # no length, not chunked: the body ends with the connection
             else:
                 self._fail(UpstreamError("connect", _CUT if exc is None else _BROKE), exc)
+        self._parser = None  # nothing more to parse: no cycle left for the collector
         self._on_lost(self)
 
     # --- httptools callbacks ---------------------------------------------------------------
@@ -158,7 +165,9 @@ class Http1Connection(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         if self.complete:
             return
-        status = self._parser.get_status_code()
+        parser = self._parser
+        assert parser is not None  # it is the caller
+        status = parser.get_status_code()
         if 100 <= status < 200:  # an interim answer (103 Early Hints): the real one follows
             self.raw_headers = []
             self.watched = [None] * len(_WATCHED)
@@ -179,7 +188,9 @@ class Http1Connection(asyncio.Protocol):
     def on_message_complete(self) -> None:
         if not self.headers_done or self.complete:
             return  # the end of an interim answer, or of bytes that followed the answer
-        self.keep_alive = self._parser.should_keep_alive()
+        parser = self._parser
+        assert parser is not None  # it is the caller
+        self.keep_alive = parser.should_keep_alive()
         if self._drained is not None:
             self._drain_body()
             if self._drained is None:
@@ -217,7 +228,8 @@ class Http1Connection(asyncio.Protocol):
     def drainable(self) -> bool:
         """The response is healthy but not over: :meth:`drain` may finish it."""
         return (self.headers_done and not self.complete and self.error is None
-                and not self.lost and not self.stray and self._parser.should_keep_alive()
+                and not self.lost and not self.stray and self._parser is not None
+                and self._parser.should_keep_alive()
                 and self.transport is not None and not self.transport.is_closing())
 
     def drain(self, done: Callable[[bool], None]) -> None:
@@ -377,8 +389,16 @@ class Http1Response:
             self._release(conn, "close")
         elif conn.reusable:
             self._release(conn, "reuse")
+            return
+        elif conn.drainable():
+            self._release(conn, "drain")
+            return
         else:
-            self._release(conn, "drain" if conn.drainable() else "close")
+            self._release(conn, "close")
+        # Closed, so nothing reads its error again. That error, once raised to this reader,
+        # holds through its traceback a frame that holds the connection: a cycle the collector
+        # would keep until a full collection, with the connection and its buffers.
+        conn.error = None
 
     def _inflate(self, data: bytes) -> bytes:
         decoder = self._decoder
