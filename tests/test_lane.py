@@ -12,11 +12,10 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import httptools
 import orjson
 import pytest
 from faults.harness import client_request, route_already_seen
-from test_edge import HEADER_TIMEOUT, MARGIN, _closed_within, _until, running
+from test_edge import HEADER_TIMEOUT, MARGIN, Running, _closed_within, _until, running
 from test_sink import _gateway, _parse
 
 import gateway.lane as lane_module
@@ -348,27 +347,46 @@ async def test_any_mix_of_requests_in_any_packets_is_answered_in_order(
     assert first_others <= len(started) <= sum(lane), (kinds, started)
 
 
-async def _closed_connection_garbage(port: int, edge: Any, talk: Any) -> list[str]:
-    """The server's objects (the gateway's, aiohttp's, its request parsers) left in reference
-    cycles by one client connection, once it is closed: what only a full collection would free.
-    The collector is off meanwhile, so that none is freed before it is counted."""
+async def _closed_connection_garbage(r: Running, talk: Any) -> list[str]:
+    """The server's objects of one client connection (its protocol, lane and parsers) that its
+    close left in reference cycles: what only a full collection would free. They are told by
+    their ids, taken while the connection is open (no reference is kept, which would keep them
+    alive): other tests' leftovers can become garbage in the same window. The collector is off
+    meanwhile, so that none is freed before it is counted."""
     gc.collect()
     gc.disable()
     try:
-        async with connect(port) as c:
+        async with connect(r.port) as c:
             await talk(c)
-        assert await _until(lambda: edge.open == 0, 5)
+            ids = {id(o): f"{type(o).__module__}.{type(o).__qualname__}"
+                   for o in _connection_objects(r.server)}
+        assert ids, "the connection's protocol was not found"
+        assert await _until(lambda: r.edge.open == 0, 5)
         await asyncio.sleep(0.05)  # the cancelled answer's task ends
         gc.set_debug(gc.DEBUG_SAVEALL)
         gc.collect()
     finally:
         gc.set_debug(0)
         gc.enable()
-    garbage = [o for o in gc.garbage
-               if type(o).__module__.split(".")[0] in ("gateway", "aiohttp")
-               or isinstance(o, httptools.HttpRequestParser)]
+    left = sorted(ids[id(o)] for o in gc.garbage if id(o) in ids)
     gc.garbage.clear()
-    return sorted(f"{type(o).__module__}.{type(o).__qualname__}" for o in garbage)
+    return left
+
+
+def _connection_objects(server: Any) -> list[object]:
+    """The open connections' protocols and what hangs off them: lane, parsers, shadow."""
+    out: list[object] = []
+    for proto in server.connections:
+        out.append(proto)
+        lane = getattr(proto, "_lane", None)
+        if lane is not None:
+            out.append(lane)
+            out.extend(o for o in (lane._parser, lane._shadow) if o is not None)
+            if lane._shadow is not None:
+                out.extend((lane._shadow.parser, lane._shadow.message))
+        if getattr(proto, "_request_parser", None) is not None:
+            out.append(proto._request_parser)
+    return out
 
 
 async def _lane_and_aiohttp(c: Conn) -> None:
@@ -398,4 +416,4 @@ async def test_a_closed_connection_leaves_no_reference_cycle(talk: Any, layer: s
     parser, lane and protocol would add to the RSS until then (docs/performance.md, "Closed
     connections freed at once"). With ``server.http_layer: aiohttp`` there is no lane."""
     async with running(DIALECT, pause=0.02, lane=True, http_layer=layer) as r:
-        assert await _closed_connection_garbage(r.port, r.edge, talk) == []
+        assert await _closed_connection_garbage(r, talk) == []
