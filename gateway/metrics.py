@@ -7,10 +7,7 @@ sums them, so any worker answers for all.
 
 from __future__ import annotations
 
-import asyncio
 import os
-import sys
-import threading
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, Protocol, TypeVar
@@ -160,18 +157,12 @@ class BatchedHistogram(Batched):
 
 class Pending:
     """The batched children with something to apply, applied when the registry is collected:
-    registered first, so that the metrics after it read their children with the sums in.
+    registered first, so that the metrics after it read their children with the sums in."""
 
-    Only the thread that made it (the event loop's) applies them: requests add to the batched
-    numbers there without a lock, so a collection on another thread (:meth:`Metrics.scrape`
-    renders on one) leaves them to the loop, which applies them before it hands the rendering
-    over."""
-
-    __slots__ = ("_owner", "dirty")
+    __slots__ = ("dirty",)
 
     def __init__(self) -> None:
         self.dirty: list[Batched] = []
-        self._owner = threading.get_ident()
 
     def flush(self) -> None:
         dirty, self.dirty = self.dirty, []
@@ -179,8 +170,7 @@ class Pending:
             child.flush()
 
     def collect(self) -> Iterator[Metric]:
-        if threading.get_ident() == self._owner:
-            self.flush()
+        self.flush()
         return iter(())
 
     def describe(self) -> list[Metric]:
@@ -220,13 +210,8 @@ def _multiprocess() -> bool:
     return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
 
 
-RENDER_SWITCH_INTERVAL = 0.0002
-"""The interpreter's switch interval while ``/metrics`` renders on its thread (seconds)."""
-
-
 class Metrics:
     def __init__(self) -> None:
-        self._rendering = asyncio.Lock()
         self._series: dict[tuple[str, str, str, str], RouteSeries] = {}
         r = self.registry = CollectorRegistry(auto_describe=True)
         self.pending = Pending()
@@ -300,27 +285,6 @@ class Metrics:
         if found is None:
             found = self._series[key] = RouteSeries(self, key)
         return found
-
-    async def scrape(self) -> bytes:
-        """``/metrics``, rendered on a worker thread, one rendering at a time.
-
-        prometheus-client writes about 12 µs a line: 90 ms for the 7,400 lines of 72 routes. On
-        the event loop that would hold every stream in flight for as long (the benchmark's
-        scrapes showed as +50 to +150 ms on first bytes at p99). On a thread the loop keeps
-        running, but each time it waits for I/O the rendering takes the interpreter back, and
-        the loop waits the switch interval (5 ms) for it at its next step: a first byte takes
-        several steps. So while a rendering runs, the interval is 0.2 ms (measured: scrapes
-        every 0.5 s under 32 paced streams, first byte p99 62 ms on the loop, 36 ms on a thread,
-        22 ms with this interval, 16-18 ms with no scrape). The batched sums are applied here
-        first, on the loop (:class:`Pending`)."""
-        async with self._rendering:
-            self.pending.flush()
-            before = sys.getswitchinterval()
-            sys.setswitchinterval(min(before, RENDER_SWITCH_INTERVAL))
-            try:
-                return await asyncio.get_running_loop().run_in_executor(None, self.render)
-            finally:
-                sys.setswitchinterval(before)
 
     def render(self) -> bytes:
         if _multiprocess():

@@ -4,24 +4,12 @@ exactly what prometheus-client's own children would have counted."""
 
 from __future__ import annotations
 
-import asyncio
 import math
-import sys
-import threading
-from collections.abc import Iterator
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.metrics_core import Metric
 
-from gateway.metrics import (
-    LATENCY_BUCKETS,
-    RENDER_SWITCH_INTERVAL,
-    BatchedCounter,
-    BatchedHistogram,
-    Metrics,
-    Pending,
-)
+from gateway.metrics import LATENCY_BUCKETS, BatchedCounter, BatchedHistogram, Metrics, Pending
 
 VALUES = [0.0, 0.004, 0.005, 0.0051, 0.02, 0.1, 0.75, 5.0, 9.99, 60.0, 121.0, math.inf, 1e-9]
 """Below the first bound, on bounds (a bound holds the values equal to it), between them, past
@@ -105,72 +93,3 @@ def test_a_removed_series_keeps_nothing_pending() -> None:
     assert m.pending.dirty == [] or all(not c._queued for c in m.pending.dirty)
     assert "gone" not in m.render().decode()
     assert isinstance(generate_latest(m.registry), bytes)
-
-
-class _Probe:
-    """A collector that notes the thread it is collected on, and the switch interval then."""
-
-    def __init__(self) -> None:
-        self.threads: list[int] = []
-        self.intervals: list[float] = []
-
-    def collect(self) -> Iterator[Metric]:
-        self.threads.append(threading.get_ident())
-        self.intervals.append(sys.getswitchinterval())
-        return iter(())
-
-    def describe(self) -> list[Metric]:
-        return []
-
-
-_REQUESTS = {"route": "/chat", "client_dialect": "a", "upstream": "up", "upstream_dialect": "b",
-             "status": "200"}
-
-
-async def test_a_scrape_renders_off_the_event_loop_with_the_sums_applied_on_it() -> None:
-    """A rendering takes about 12 µs a line (90 ms for 72 routes): on the loop it would hold
-    every stream in flight, so ``/metrics`` renders on a worker thread, after the loop applied
-    the batched sums."""
-    m = Metrics()
-    probe = _Probe()
-    m.registry.register(probe)
-    series = m.series("/chat", "a", "up", "b")
-    for _ in range(3):
-        series.requests(200).inc()
-    before = sys.getswitchinterval()
-    text = (await m.scrape()).decode()
-    assert probe.threads and probe.threads[-1] != threading.get_ident()
-    # the loop waits for the rendering thread at most this long a step, and no longer after
-    assert probe.intervals[-1] == pytest.approx(RENDER_SWITCH_INTERVAL)  # held in microseconds
-    assert RENDER_SWITCH_INTERVAL < before == sys.getswitchinterval()
-    assert 'status="200",upstream="up",upstream_dialect="b"} 3.0' in text
-    assert m.pending.dirty == []
-
-
-async def test_a_request_counted_while_a_scrape_renders_is_in_the_next_one() -> None:
-    """The loop adds to the batched numbers without a lock; a rendering on another thread must
-    leave them to the loop, never apply them under its feet (a lost or double count)."""
-    m = Metrics()
-    series = m.series("/chat", "a", "up", "b")
-    series.requests(200).inc()
-    loop = asyncio.get_running_loop()
-    counted = threading.Event()
-    render = m.render
-
-    def counted_then_rendered() -> bytes:  # on the rendering thread: two requests land first
-        def count() -> None:
-            series.requests(200).inc()
-            series.requests(200).inc()
-            counted.set()
-        loop.call_soon_threadsafe(count)
-        assert counted.wait(5)
-        return render()
-
-    m.render = counted_then_rendered  # type: ignore[method-assign]
-    first = (await m.scrape()).decode()
-    m.render = render  # type: ignore[method-assign]
-    assert 'upstream_dialect="b"} 1.0' in first  # what the loop applied before handing over
-    assert len(m.pending.dirty) == 1  # the two counted mid-render wait for the loop
-    second = (await m.scrape()).decode()
-    assert 'upstream_dialect="b"} 3.0' in second
-    assert m.registry.get_sample_value("gateway_requests_total", _REQUESTS) == 3.0
