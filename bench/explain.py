@@ -18,11 +18,13 @@ core 1) and takes the run's misses one at a time:
   target's ratio (the **budget**; with the lean load generator the throughput ratio is the CPU
   ratio). The verdict says which part goes over it;
 * **first byte** (TTFB added at p50/p99): paced streams (the run's per-frame delay), the
-  pass-through and the gateway in turn at the run's concurrency and alone (1 stream), ``--rounds``
-  times, and the gateway's CPU per paced stream split by stage as above. Alone, a stream's first
-  byte shows what the gateway's path adds; at the run's concurrency every stream's first frame
-  arrives within the same millisecond on one core, and the difference is the wait behind the
-  others' work.
+  pass-through and the gateway in turn at the run's concurrency, ``--rounds`` times; the gateway
+  a second time without the scrape of ``/metrics`` that `bench/run.py` makes at the start of
+  each gateway window; and both with one stream at a time (the gateway unscraped). The gateway's
+  CPU per paced stream is split by stage as above. Without the scrape, what is left is the
+  gateway's; alone, a stream's first byte shows what the gateway's path adds; at the run's
+  concurrency every stream's first frame arrives within the same millisecond on one core, and
+  the difference is the wait behind the others' work.
 
 A miss that meets its target when measured again gets the verdict "scatter" (one run on this
 shared host moves a pair by more than the margin), still with its profile. The like-for-like
@@ -174,26 +176,51 @@ async def explain_throughput(b: Bench, m: Miss, spy: str | None) -> Explained:
 
 
 async def explain_ttfb(b: Bench, m: Miss, spy: str | None) -> Explained:
+    """Each round: the pass-through and the gateway at the run's concurrency (the gateway's
+    window scraped at its start, as run.py scrapes it), the gateway again unscraped, then the
+    pass-through and the gateway (unscraped) with one stream at a time."""
     e = Explained(m)
     key = f"ttfb_p{m.quantile}_ms"
-    added: dict[int, list[float]] = {m.concurrency: [], 1: []}
-    pt_ttfb: dict[int, list[float]] = {m.concurrency: [], 1: []}
+    added: list[float] = []
+    unscraped: list[float] = []
+    alone: list[float] = []
+    pt_ttfb: list[float] = []
+    pt_ttfb_alone: list[float] = []
     gw_cpu, pt_cpu = [], []
+
+    def spec(conc: int, kind: str) -> run.Spec:
+        client = m.upstream if kind == "passthrough" else m.client
+        return run.Spec("paced", conc, "stream", kind, client, m.upstream)
+
+    async def unscraped_ttfb(conc: int) -> tuple[float | None, int]:
+        target = run.target_for(spec(conc, "gateway"), b.ports, b.text)
+        r = await driver.run_load(target, concurrency=conc, warmup=b.a.warmup,
+                                  duration=b.a.seconds, client=b.a.generator)
+        value = r.summary().get(key)
+        return (float(value) if value is not None else None), r.errors
+
     for _ in range(b.a.rounds):
-        for conc in added:
-            pt = await b.window(run.Spec("paced", conc, "stream", "passthrough", m.upstream,
-                                         m.upstream))
-            gw = await b.window(run.Spec("paced", conc, "stream", "gateway", m.client,
-                                         m.upstream))
-            e.errors += pt["errors"] + gw["errors"]
-            if pt.get(key) is not None and gw.get(key) is not None:
-                added[conc].append(gw[key] - pt[key])
-                pt_ttfb[conc].append(pt[key])
-            if conc == m.concurrency and pt.get("cpu_ms_per_req") and gw.get("cpu_ms_per_req"):
-                pt_cpu.append(1e3 * pt["cpu_ms_per_req"])
-                gw_cpu.append(1e3 * gw["cpu_ms_per_req"])
-    e.added_ms, e.added_alone_ms = _median(added[m.concurrency]), _median(added[1])
-    e.pt_ttfb_ms, e.pt_ttfb_alone_ms = _median(pt_ttfb[m.concurrency]), _median(pt_ttfb[1])
+        pt = await b.window(spec(m.concurrency, "passthrough"))
+        gw = await b.window(spec(m.concurrency, "gateway"))
+        quiet, errors = await unscraped_ttfb(m.concurrency)
+        e.errors += pt["errors"] + gw["errors"] + errors
+        if pt.get(key) is not None and gw.get(key) is not None:
+            added.append(gw[key] - pt[key])
+            pt_ttfb.append(pt[key])
+            if quiet is not None:
+                unscraped.append(quiet - pt[key])
+        if pt.get("cpu_ms_per_req") and gw.get("cpu_ms_per_req"):
+            pt_cpu.append(1e3 * pt["cpu_ms_per_req"])
+            gw_cpu.append(1e3 * gw["cpu_ms_per_req"])
+        pt1 = await b.window(spec(1, "passthrough"))
+        gw1, errors = await unscraped_ttfb(1)
+        e.errors += pt1["errors"] + errors
+        if pt1.get(key) is not None and gw1 is not None:
+            alone.append(gw1 - pt1[key])
+            pt_ttfb_alone.append(pt1[key])
+    e.added_ms, e.added_alone_ms = _median(added), _median(alone)
+    e.added_unscraped_ms = _median(unscraped)
+    e.pt_ttfb_ms, e.pt_ttfb_alone_ms = _median(pt_ttfb), _median(pt_ttfb_alone)
     e.pt_cpu_us, e.gw_cpu_us = _median(pt_cpu), _median(gw_cpu)
     if e.pt_cpu_us and e.gw_cpu_us:
         e.ratio_cpu = e.pt_cpu_us / e.gw_cpu_us

@@ -86,13 +86,17 @@ def test_errors_measured_again_win_over_any_ratio() -> None:
     assert e.verdict == "errors"
 
 
-@pytest.mark.parametrize(("added", "alone", "verdict"), [
-    (0.4, 0.1, "scatter"),
-    (0.9, 0.1, "burst"),
-    (0.9, 0.7, "first-byte path"),
+@pytest.mark.parametrize(("added", "unscraped", "alone", "verdict"), [
+    (0.4, 0.9, 0.1, "scatter"),
+    (0.9, 0.3, 0.7, "scrape"),
+    (0.9, 0.8, 0.1, "burst"),
+    (0.9, None, 0.1, "burst"),
+    (0.9, 0.8, 0.7, "first-byte path"),
 ])
-def test_first_byte_verdicts(added: float, alone: float, verdict: str) -> None:
-    e = explain.Explained(explain.misses(RUN)[2], added_ms=added, added_alone_ms=alone)
+def test_first_byte_verdicts(added: float, unscraped: float | None, alone: float,
+                             verdict: str) -> None:
+    e = explain.Explained(explain.misses(RUN)[2], added_ms=added, added_unscraped_ms=unscraped,
+                          added_alone_ms=alone)
     explain.judge(e)
     assert e.verdict == verdict
 
@@ -101,6 +105,7 @@ def test_the_tables_carry_every_stage_and_the_verdict() -> None:
     e = _throughput(264.0, 360.0, {**STAGES, "server": 110.0})
     e.rounds_cpu = [0.61, 0.73, 0.79]
     t = explain.Explained(explain.misses(RUN)[2], added_ms=0.9, added_alone_ms=0.1,
+                          added_unscraped_ms=0.7,
                           pt_cpu_us=500.0, gw_cpu_us=450.0, stages_us=STAGES)
     explain.judge(t)
     lines = explain.table([e, t])
@@ -111,5 +116,5 @@ def test_the_tables_carry_every_stage_and_the_verdict() -> None:
         assert len(block) == 3 and len({ln.count("|") for ln in block}) == 1
     assert "| 110 | 60 | 70 | 30 | 60 | 30 |" in rows[0] and "**own work**" in rows[0]
     assert "0.73x, 0.73x (0.61-0.79)" in rows[0]
-    assert "+0.90 ms | +0.10 ms" in rows[1] and "**burst**" in rows[1]
+    assert "+0.90 ms | +0.70 ms | +0.10 ms" in rows[1] and "**burst**" in rows[1]
     assert explain.tally([e, t]) in ("1 own work, 1 burst", "1 burst, 1 own work")
