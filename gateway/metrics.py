@@ -24,6 +24,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from gateway.canonical import Usage
+from gateway.exposition import Exposition
 
 __all__ = ["CONTENT_TYPE_LATEST", "LATENCY_BUCKETS", "Family", "Metrics", "RouteSeries"]
 
@@ -278,6 +279,10 @@ class Metrics:
             "Client connections the gateway closed at its edge, by reason: header_timeout, "
             "body_timeout, max_connections (refused at accept).", ["reason"], registry=r), counts)
 
+        # every Family above, in the order they were registered (the order generate_latest follows)
+        self._exposition = Exposition(
+            [f.metric for f in vars(self).values() if isinstance(f, Family)])
+
     def series(self, route: str, client_dialect: str, upstream: str,
                upstream_dialect: str) -> RouteSeries:
         key = (route, client_dialect, upstream, upstream_dialect)
@@ -291,7 +296,8 @@ class Metrics:
             registry = CollectorRegistry()
             MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
             return generate_latest(registry)
-        return generate_latest(self.registry)
+        self.pending.flush()
+        return self._exposition.render()
 
     def edge_drops(self, reason: str) -> None:
         """Counts a connection :mod:`gateway.edge` closed."""
