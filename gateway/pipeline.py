@@ -411,6 +411,15 @@ class StreamDecoding:
         return StreamError(message)
 
 
+def _carries_state(events: list[StreamEvent]) -> bool:
+    for e in events:
+        if type(e) is TextDelta:
+            continue
+        if isinstance(e, (StreamStart, ContextUpdate)) and e.session_state is not None:
+            return True
+    return False
+
+
 class StreamTranslator:
     """Upstream stream bytes in, the client's framed stream bytes out.
 
@@ -421,8 +430,8 @@ class StreamTranslator:
     """
 
     __slots__ = ("_cumulative", "_encoder", "_follow", "_frame", "_gate", "_identity", "_in",
-                 "_replay", "_req", "_same", "_started", "chunks", "content_started", "done",
-                 "error", "finish_reason", "model", "text_chars", "usage")
+                 "_replay", "_req", "_same", "_spelled", "_started", "chunks", "content_started",
+                 "done", "error", "finish_reason", "model", "text_chars", "usage")
 
     def __init__(
         self, upstream: Dialect, client: Dialect, req: ChatRequest, *,
@@ -433,9 +442,11 @@ class StreamTranslator:
         self._frame: Callable[[Payload], bytes] = encoder_for(client.framing)
         self._gate = EventGate(client, policy) if EventGate.needed(upstream, client) else None
         # Same dialect both sides: the upstream's own payloads are re-emitted, unless the client
-        # needs something of its own put in: the session-state spelling it used, or (decided on
-        # the first payload) its session state echoed because the upstream sends none.
-        self._same = upstream is client and "session_key" not in req.hints
+        # needs something of its own put in: (decided on the first payload) its session state
+        # echoed because the upstream sends none, or the session state the upstream sends
+        # written in the spelling the client used (decided on each payload).
+        self._same = upstream is client
+        self._spelled = "session_key" in req.hints
         self._identity = False
         self._cumulative = client.cumulative_stream
         self._replay: list[StreamEvent] = []
@@ -544,8 +555,13 @@ class StreamTranslator:
         events = inp.decode(payload)
         if self._same:
             self._same = False
-            self._identity = self._req.session_state is None or any(
-                isinstance(e, StreamStart) and e.session_state is not None for e in events)
+            self._identity = self._req.session_state is None or (not self._spelled and any(
+                isinstance(e, StreamStart) and e.session_state is not None for e in events))
+        if self._identity and self._spelled and _carries_state(events):
+            # The upstream's spelling of the state may not be the client's: from here on the
+            # client's encoder writes every frame, brought first to what the client was shown.
+            self._identity = False
+            return self._events(events)
         # An upstream error that held a secret is not passed on as it came: re-encoded, it
         # carries only its scrubbed message and code.
         if self._identity and not inp.broken and not inp.scrubbed:

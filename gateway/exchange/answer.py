@@ -173,11 +173,11 @@ class Answerer:
             return await self._malformed(call.config.scrubber(
                 f"the upstream answer could not be read: {e}"))
         # Same dialect both sides (a round trip is exact) and nothing of the client's to put in:
-        # the session-state spelling it used, its state echoed to it, or a shape its route's
-        # options ask for.
-        same = (dialect is self.client and "session_key" not in req.hints
-                and not self.entry.config.model_extra
-                and (resp.session_state is not None or req.session_state is None))
+        # its state echoed to it, the upstream's state written in the spelling the client used,
+        # or a shape its route's options ask for.
+        same = (dialect is self.client and not self.entry.config.model_extra
+                and (req.session_state is None if resp.session_state is None
+                     else "session_key" not in req.hints))
         return with_session_echo(resp, req), raw if same else None
 
     async def _assembled(self, req: ChatRequest, call: UpstreamCall,

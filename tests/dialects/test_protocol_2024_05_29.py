@@ -16,7 +16,7 @@ from observe import RICH, run_stream, strict
 
 from gateway.canonical import ChatResponse
 from gateway.dialects import DIALECTS, Dialect, get
-from gateway.pipeline import translate_request, translate_response
+from gateway.pipeline import StreamTranslator, translate_request, translate_response
 
 ME = get("protocol-2024-05-29")
 KEYS = ("sessionState", "session_state")
@@ -132,3 +132,64 @@ def test_strict_reader_wants_context_in_the_first_line() -> None:
     with pytest.raises(AssertionError, match="session"):
         reader.read_whole({"message": {"role": "assistant", "content": ""},
                            "sessionState": 1, "session_state": None})
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_a_client_that_spelled_a_null_state_still_gets_the_upstreams_bytes(key: str) -> None:
+    """The reference frontend sends ``session_state: null`` on a first turn. On a same-dialect
+    route the upstream's lines are forwarded as they came while they carry no state; a line that
+    carries one, in the other spelling, is written in the client's, and so is every line after
+    it. Whole answers: forwarded as they came unless they hold a state."""
+    other = next(k for k in KEYS if k != key)
+    req = ME.parse_request({"messages": [{"role": "user", "content": "hi"}], key: None,
+                            "stream": True})
+    assert req.hints and req.session_state is None
+    first = b'{"delta": {"role": "assistant"}, "context": {"data_points": {"text": []}}}\n'
+    texts = [b'{"delta": {"content": "%d "}}\n' % i for i in range(3)]
+    stated = b'{"delta": {}, "%s": {"n": 1}}\n' % other.encode()
+    after = b'{"delta": {"content": "end"}}\n'
+    tr = StreamTranslator(ME, ME, req)
+    forwarded = tr.feed(first + b"".join(texts))
+    assert forwarded == first + b"".join(texts)  # every byte as it came, spaces and all
+    rest = tr.feed(stated) + tr.feed(after) + tr.finish()
+    lines = [orjson.loads(line) for line in rest.splitlines()]
+    assert lines[0] == {"delta": {}, key: {"n": 1}}
+    assert lines[1] == {"delta": {"content": "end"}}
+    assert tr.done and not tr.failed and tr.text_chars == len("0 1 2 end")
+
+    whole = b'{"message": {"role": "assistant", "content": "hi"}, "context": {}}'
+    resp, raw = _through_exchange(key, whole)
+    assert raw == whole
+    stated_whole = b'{"message": {"role": "assistant", "content": "hi"}, "%s": 5}' % \
+        other.encode()
+    resp, raw = _through_exchange(key, stated_whole)
+    assert keys_in(resp) == {key} and resp[key] == 5
+
+
+def _through_exchange(key: str, body: bytes) -> tuple[Any, bytes]:
+    """A whole answer through a same-dialect route of a gateway, for a client that sent
+    ``key: null``."""
+    import asyncio
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from gateway.app import create_app
+    from gateway.config import parse_config
+    from gateway.upstream import MemoryResponse, MemoryTransport, UpstreamRequest
+
+    async def answer(request: UpstreamRequest) -> MemoryResponse:
+        return MemoryResponse(200, {"Content-Type": "application/json"}, body)
+
+    async def run() -> bytes:
+        cfg = parse_config({
+            "upstreams": {"up": {"dialect": ME.name, "url": "http://up.test/chat"}},
+            "routes": [{"path": "/c", "dialect": ME.name, "upstream": "up"}]}, env={})
+        async with TestClient(TestServer(create_app(cfg, transport=MemoryTransport(answer)))) \
+                as client:
+            resp = await client.post("/c", json={
+                "messages": [{"role": "user", "content": "hi"}], key: None})
+            assert resp.status == 200
+            return await resp.read()
+
+    raw = asyncio.run(run())
+    return orjson.loads(raw), raw
