@@ -565,7 +565,8 @@ class StreamTranslator:
         # An upstream error that held a secret is not passed on as it came: re-encoded, it
         # carries only its scrubbed message and code.
         if self._identity and not inp.broken and not inp.scrubbed:
-            if self._cumulative and any(isinstance(e, StreamError) for e in events):
+            if self._cumulative and (len(events) != 1 or type(events[0]) is not TextDelta) \
+                    and any(isinstance(e, StreamError) for e in events):  # (one text: no)
                 # A cumulative reader shows each event in place of the last: the upstream's own
                 # error event may carry a new id and no content (as its error body does), which
                 # would wipe the text shown. The client's encoder writes it instead, under the
