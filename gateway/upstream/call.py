@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 
 from gateway.config import UpstreamConfig
 from gateway.errors import UpstreamError
@@ -38,7 +38,7 @@ class UpstreamCall:
     """An upstream response whose headers arrived; its body is read through this object so that
     the time spent waiting on the upstream is known (:attr:`waited`, seconds)."""
 
-    __slots__ = ("config", "response", "started", "waited")
+    __slots__ = ("_chunks", "config", "response", "started", "waited")
 
     def __init__(self, response: UpstreamResponse, config: UpstreamConfig, started: float,
                  waited: float) -> None:
@@ -46,6 +46,7 @@ class UpstreamCall:
         self.config = config
         self.started = started
         self.waited = waited
+        self._chunks: StreamChunks | None = None
 
     @property
     def status(self) -> int:
@@ -55,6 +56,8 @@ class UpstreamCall:
         return parse_retry_after(self.response.headers.get("Retry-After"))
 
     def close(self) -> None:
+        if self._chunks is not None:
+            self._chunks.stop()
         self.response.close()
 
     async def read_whole(self, limit: int = _WHOLE_BODY_LIMIT) -> bytes:
@@ -101,33 +104,60 @@ class UpstreamCall:
         except UpstreamError:
             return b""
 
-    async def chunks(self, events: Callable[[], int] | None = None) -> AsyncIterator[bytes]:
-        """Body chunks as they arrive, bounded by :class:`_StreamWatch`.
+    def chunks(self, events: Callable[[], int] | None = None) -> StreamChunks:
+        """Body chunks as they arrive, bounded by :class:`_StreamWatch` (its timer stops when
+        the body ends, or at :meth:`close`, whichever comes first).
 
         ``events``: how many events the caller has read from the chunks so far (a parsed
         payload that carries something of the answer). Only events count as progress: keep-alive
         comments, blank lines, heartbeat payloads and bytes trickled in without completing an
         event do not hold a stream open. Without it, every chunk counts."""
-        read = self.response.read
-        perf = time.perf_counter
-        config = self.config
-        watch = _StreamWatch(self.response, self.started, config, events)
+        chunks = StreamChunks(self, _StreamWatch(self.response, self.started, self.config, events))
+        self._chunks = chunks
+        return chunks
+
+
+class StreamChunks:
+    """The async iterator :meth:`UpstreamCall.chunks` returns.
+
+    A class, not an async generator: a caller that stops early (``break`` once the stream's
+    end was read, as nearly every stream does) leaves an async generator to the event loop's
+    finalizer hook, which costs each stream a weak-set entry, a thread-safe wake-up of the loop
+    and a task to run its ``aclose()``. Here the call's :meth:`~UpstreamCall.close` stops the
+    timer instead, on every path."""
+
+    __slots__ = ("_call", "_watch")
+
+    def __init__(self, call: UpstreamCall, watch: _StreamWatch) -> None:
+        self._call = call
+        self._watch = watch
+
+    def __aiter__(self) -> StreamChunks:
+        return self
+
+    async def __anext__(self) -> bytes:
+        call = self._call
+        watch = self._watch
+        t0 = time.perf_counter()
+        watch.reading_since(t0)
         try:
-            while True:
-                t0 = perf()
-                watch.reading_since(t0)
-                try:
-                    chunk = await read()
-                except _Late as e:
-                    raise UpstreamError("timeout", e.message) from e
-                finally:
-                    watch.reading = False
-                    self.waited += perf() - t0
-                if not chunk:
-                    return
-                yield chunk
-        finally:
+            chunk = await call.response.read()
+        except _Late as e:
             watch.stop()
+            raise UpstreamError("timeout", e.message) from e
+        except BaseException:
+            watch.stop()
+            raise
+        finally:
+            watch.reading = False
+            call.waited += time.perf_counter() - t0
+        if not chunk:
+            watch.stop()
+            raise StopAsyncIteration
+        return chunk
+
+    def stop(self) -> None:
+        self._watch.stop()
 
 
 class _Late(Exception):
