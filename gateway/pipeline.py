@@ -60,6 +60,7 @@ from gateway.framing import (
     RawData,
     Slot,
     SniffingReader,
+    TextRun,
     encoder_for,
     named,
     slot_payload,
@@ -259,6 +260,22 @@ class ResponseAssembler:
 Scrub = Callable[[str], str]
 """Hides secrets in an upstream's text (:class:`gateway.secrets.Scrubber`)."""
 
+_HAS: dict[tuple[type, str], bool] = {}
+
+
+def optional(obj: Any, name: str) -> Any:
+    """``getattr(obj, name, None)`` for the optional members of dialects, decoders and encoders
+    (``text_path``, ``again``, ``follow``...), whether a class has one decided once for all its
+    instances: a member that is not there costs ``getattr`` an exception, with its message
+    formatted, and each stream asked for four of them."""
+    key = (type(obj), name)
+    has = _HAS.get(key)
+    if has is None:
+        if hasattr(type(obj), "__getattr__"):  # a class that answers instance by instance
+            return getattr(obj, name, None)
+        has = _HAS[key] = hasattr(obj, name)
+    return getattr(obj, name, None) if has else None
+
 
 class StreamDecoding:
     """Upstream stream bytes to canonical events: the framing reader, then the upstream dialect's
@@ -276,15 +293,15 @@ class StreamDecoding:
         # (gateway.framing.template); what they mean, its decoder confirms (:meth:`decode`). A
         # dialect that numbers its frames names where too (``counter_path``).
         self._reader = SniffingReader(max_size, named=upstream.named_events,
-                                      text_path=getattr(upstream, "text_path", None),
-                                      counter_path=getattr(upstream, "counter_path", None))
+                                      text_path=optional(upstream, "text_path"),
+                                      counter_path=optional(upstream, "counter_path"))
         self._text_alone = False
         """The last payload decoded was a :class:`Slot` its decoder read as its text alone."""
         self._scrub = scrub
         """Applied to the upstream's own error events (its words: they may quote what it was
         sent, credentials included)."""
         self._decoder: StreamDecoder = upstream.decoder()
-        self._again: Callable[[str], None] | None = getattr(self._decoder, "again", None)
+        self._again: Callable[[str], None] | None = optional(self._decoder, "again")
         """A decoder that counts what a text frame gave (optional) is told of each text frame
         read by the template, which it is not given to decode."""
         self.broken = False
@@ -310,7 +327,26 @@ class StreamDecoding:
         except ParseError as e:
             return self._broke(f"the upstream sent a malformed stream: {e.message}")
 
+    def allow_runs(self, on: bool = True) -> None:
+        """Whether the caller takes :class:`TextRun` s (:meth:`take_run`): runs of text frames
+        read at once (:mod:`gateway.framing.template`)."""
+        self._reader.allow_runs(on)
+
+    def take_run(self, run: TextRun) -> bool:
+        """The frames of ``run`` are text alone, as the :class:`Slot` right before them was
+        (the dialect's promise, with ``text_path``): counted as read, and ``True``. ``False``:
+        the caller reads them one by one (:meth:`TextRun.slots`), as :meth:`decode` does."""
+        if not self._text_alone or self.ended or self._again is not None:
+            return False
+        self.events += run.count
+        return True
+
     def decode(self, payload: Any) -> list[StreamEvent]:
+        if type(payload) is TextRun:  # (a caller that does not take runs whole)
+            events: list[StreamEvent] = []
+            for slot in payload.slots():
+                events.extend(self.decode(slot))
+            return events
         self.events += 1
         if type(payload) is Slot:
             if self._text_alone:
@@ -439,6 +475,9 @@ class StreamTranslator:
     ) -> None:
         self._in = StreamDecoding(upstream, max_size, scrub)
         self._encoder: StreamEncoder = client.encoder(req)
+        self._follow: Callable[[Any], None] | None = optional(self._encoder, "follow")
+        """An encoder that numbers or names what it writes (ids, sequence numbers) reads the
+        upstream's own payloads instead of a replay, so that its error event continues them."""
         self._frame: Callable[[Payload], bytes] = encoder_for(client.framing)
         self._gate = EventGate(client, policy) if EventGate.needed(upstream, client) else None
         # Same dialect both sides: the upstream's own payloads are re-emitted, unless the client
@@ -448,12 +487,18 @@ class StreamTranslator:
         self._same = upstream is client
         self._spelled = "session_key" in req.hints
         self._identity = False
+        if self._same and req.session_state is None:
+            # Decided now, as the first payload would decide it: so that the text frames of the
+            # very first read are read in runs (below)
+            self._same = False
+            self._identity = True
+            if self._follow is None:
+                # An identity stream reads its text frames only to count them: the frames of a
+                # run are read at once (gateway.framing.template), and passed on as they came
+                self._in.allow_runs()
         self._cumulative = client.cumulative_stream
-        self._replay: list[StreamEvent] = []
+        self._replay: list[StreamEvent | TextRun] = []
         """Identity mode: what the client was shown, for an error event that keeps it."""
-        self._follow: Callable[[Any], None] | None = getattr(self._encoder, "follow", None)
-        """An encoder that numbers or names what it writes (ids, sequence numbers) reads the
-        upstream's own payloads instead of a replay, so that its error event continues them."""
         self._req = req
         self._started = False
         self.chunks = 0
@@ -500,7 +545,16 @@ class StreamTranslator:
         passed: list[Any] = []
         """Identity mode: payloads passed on whose frames are not built yet."""
         i = 0
-        for i, payload in enumerate(payloads, 1):  # noqa: B007 (read after the loop)
+        while i < len(payloads):
+            payload = payloads[i]
+            i += 1
+            if type(payload) is TextRun:
+                if self._identity and self._in.take_run(payload):
+                    self._ran(payload)
+                    passed.append(payload)
+                    continue
+                payloads[i:i] = payload.slots()  # read one by one, as they would have been
+                continue
             frame = self._payload(payload)
             if frame is None:
                 passed.append(payload)
@@ -527,7 +581,7 @@ class StreamTranslator:
         # on a same-dialect route: its finish is the client's finish).
         out: list[bytes] = []
         passed: list[Any] = []
-        for payload in payloads:
+        for payload in payloads:  # (a last line or event alone: never a run)
             frame = self._payload(payload)
             if frame is None:
                 passed.append(payload)
@@ -561,6 +615,7 @@ class StreamTranslator:
             # The upstream's spelling of the state may not be the client's: from here on the
             # client's encoder writes every frame, brought first to what the client was shown.
             self._identity = False
+            self._in.allow_runs(False)
             return self._events(events)
         # An upstream error that held a secret is not passed on as it came: re-encoded, it
         # carries only its scrubbed message and code.
@@ -607,10 +662,21 @@ class StreamTranslator:
         self._started = True
         self.chunks += 1
 
+    def _ran(self, run: TextRun) -> None:
+        """Identity mode: a run of text frames passed on, counted as :meth:`_pass_through`
+        counts each of them."""
+        self.text_chars += run.chars
+        self.content_started = True
+        self._replay.append(run)  # (only without a follower: see __init__)
+        self._started = True
+        self.chunks += run.count
+
     def _frames_of(self, passed: list[Any]) -> list[bytes]:
         """Frames for payloads passed on (re-encoded: the read they came in also held something
         that could not be forwarded as it was)."""
         out: list[bytes] = []
+        if any(type(p) is TextRun for p in passed):  # its frames, each as the Slot it is
+            passed = [s for p in passed for s in (p.slots() if type(p) is TextRun else (p,))]
         for k, payload in enumerate(passed):
             if isinstance(payload, RawData):
                 out.append(self._frame(payload.text.encode()))
@@ -642,11 +708,14 @@ class StreamTranslator:
         error event) continues what was shown (same id, content kept). Only then: the identity
         stream's own end (a finish the upstream already sent) writes nothing and replays
         nothing."""
-        for e in self._replay:
+        for shown in self._replay:
             # What it writes is thrown away: a payload it could not write (nested too deeply)
             # went to the client as it came, and only the encoder's state matters.
-            with contextlib.suppress(orjson.JSONEncodeError, RecursionError):
-                self._encoder.encode(e)
+            events: list[StreamEvent] = ([TextDelta(t.decode()) for t in shown.texts()]
+                                         if isinstance(shown, TextRun) else [shown])
+            for e in events:
+                with contextlib.suppress(orjson.JSONEncodeError, RecursionError):
+                    self._encoder.encode(e)
         self._replay = []
 
     def _events(self, events: list[StreamEvent]) -> bytes:

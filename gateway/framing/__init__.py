@@ -15,7 +15,7 @@ import orjson
 from gateway.errors import FramingError
 from gateway.framing.jsonlines import DEFAULT_MAX_LINE, JsonLinesReader, encode_line
 from gateway.framing.sse import SSEEvent, SSEReader, encode_event
-from gateway.framing.template import Slot, TemplateReader, TextPath
+from gateway.framing.template import Slot, TemplateReader, TextPath, TextRun
 
 __all__ = [
     "Framing",
@@ -27,6 +27,7 @@ __all__ = [
     "Slot",
     "SniffingReader",
     "TextPath",
+    "TextRun",
     "detect_framing",
     "encoder_for",
     "named",
@@ -80,16 +81,24 @@ class PayloadReader(Protocol):
 
 
 class _SSEPayloadReader:
-    __slots__ = ("_named", "_sse", "_text", "whole")
+    __slots__ = ("_heads", "_max", "_named", "_sse", "_text", "whole")
 
     def __init__(self, max_size: int, named: bool, text: TemplateReader | None = None) -> None:
         self._sse = SSEReader(max_size)
+        self._max = max_size
         self._named = named
         self._text = text
         """Reads an event of the plain shapes by the stream's template when it fits."""
+        self._heads: dict[str, bytes] = {}
+        """The bytes before an event's data, by its name (runs of text frames)."""
         self.whole = False
 
     def feed(self, data: bytes) -> list[Any]:
+        text = self._text
+        if text is not None and text.runs:
+            read = self._with_runs(data, text)
+            if read is not None:
+                return read
         if self._named:
             events = self._sse.plain_named(data)
             if events is not None:
@@ -113,6 +122,42 @@ class _SSEPayloadReader:
 
     def finish(self) -> list[Any]:
         return self._payloads(self._sse.finish())
+
+    def _with_runs(self, data: bytes, text: TemplateReader) -> list[Any] | None:
+        """As the plain shapes' fast path, event by event, except that the events of the
+        stream's template that follow a :class:`Slot` are read at once (a :class:`TextRun`).
+        From an event that is not of the plain shapes on, the rest goes the general way (the
+        events before it were whole); ``None``, with nothing consumed, if the first is not."""
+        sse = self._sse
+        if not sse.whole_events(data):
+            return None
+        out: list[Any] = []
+        at, size, named = 0, len(data), self._named
+        while at < size:
+            block = sse.plain_block(data, at, named)
+            if block is None:
+                if not at:
+                    return None
+                sse.read_plain()
+                rest = data[at:]
+                out.extend(self._payloads(sse.feed(rest)))
+                self.whole = sse.between_events
+                return out
+            name, payload, at = block
+            value = self._read(payload, name)
+            out.append(value)
+            if type(value) is Slot:
+                head = self._heads.get(name)
+                if head is None:
+                    head = self._heads[name] = (b"data: " if name == "message" else
+                                                b"event: " + name.encode() + b"\ndata: ")
+                run = text.run(data, at, head, b"\n\n", self._max)
+                if run is not None:
+                    out.append(run)
+                    at = run.end
+        sse.read_plain()
+        self.whole = True
+        return out
 
     def _read(self, data: bytes, event: str) -> Any:
         assert self._text is not None
@@ -216,6 +261,12 @@ class SniffingReader:
 
     def finish(self) -> list[Any]:
         return [] if self._reader is None else self._reader.finish()
+
+    def allow_runs(self, on: bool) -> None:
+        """Whether the caller takes runs of text frames read at once (:class:`TextRun`, after a
+        :class:`Slot`; see :mod:`gateway.framing.template`)."""
+        if self._text is not None:
+            self._text.runs = on
 
     def drop_template(self) -> None:
         """Frames that fit the template are not text alone (their decoder said): every frame is

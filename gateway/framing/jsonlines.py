@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from gateway.errors import FramingError
-from gateway.framing.template import TemplateReader
+from gateway.framing.template import Slot, TemplateReader
 
 __all__ = ["DEFAULT_MAX_LINE", "JsonLinesReader", "encode_line"]
 
@@ -126,9 +126,21 @@ class JsonLinesReader:
             self.scanned += len(line)
             self._line(line, out)
             start = nl + 1
-        while (nl := find(b"\n", start)) >= 0:
-            self._line(data[start:nl], out)
-            start = nl + 1
+        text = self._text
+        if text is not None and text.runs:
+            # A Slot may be followed by more frames of its template: read at once
+            while (nl := find(b"\n", start)) >= 0:
+                self._line(data[start:nl], out)
+                start = nl + 1
+                if out and type(out[-1]) is Slot and self._scanner is None:
+                    run = text.run(data, start, b"", b"\n", self._max_line)
+                    if run is not None:
+                        out.append(run)
+                        start = run.end
+        else:
+            while (nl := find(b"\n", start)) >= 0:
+                self._line(data[start:nl], out)
+                start = nl + 1
         self.scanned += len(data)
         if start < len(data):
             self._hold(data[start:] if start else data)

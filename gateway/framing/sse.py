@@ -155,6 +155,38 @@ class SSEReader:
         blocks.pop()  # what follows the last blank line: nothing
         return blocks
 
+    def plain_block(self, data: bytes, at: int, named: bool) -> tuple[str, bytes, int] | None:
+        """One event of :meth:`plain_data` (or, ``named``, :meth:`plain_named`) read from
+        ``data[at:]`` alone: ``(name, data, where the next event begins)``, or ``None``. For a
+        caller that skips some events by reading them another way; it checks
+        :meth:`whole_events` first, and calls :meth:`read_plain` once it has read them all."""
+        end = data.find(b"\n\n", at)
+        if end < 0 or end - at > self._max:
+            return None
+        if data.startswith(b"data:", at):
+            name, line = "message", data[at:end]
+        elif named and data.startswith(b"event:", at):
+            head, _, line = data[at:end].partition(b"\n")
+            value = head[7:] if head[6:7] == b" " else head[6:]
+            name = value.decode("utf-8", "replace") or "message"
+            if not line.startswith(b"data:"):
+                return None
+        else:
+            return None
+        if b"\n" in line:
+            return None
+        return name, line[6:] if line[5:6] == b" " else line[5:], end + 2
+
+    def whole_events(self, data: bytes) -> bool:
+        """``data`` holds whole events with LF line ends and the reader is between events: the
+        fast paths' shared precondition."""
+        return not (self._parts or self._data or self._cr or self._event
+                    or not data.endswith(b"\n\n") or b"\r" in data)
+
+    def read_plain(self) -> None:
+        """Events were read by :meth:`plain_block`: the stream has begun."""
+        self._first = False
+
     def plain_named(self, data: bytes) -> list[tuple[str, bytes]] | None:
         """As :meth:`plain_data`, for streams of named events: each event a ``data:`` line,
         optionally after one ``event:`` line, then a blank line; ``(name, data)`` for each

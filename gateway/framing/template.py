@@ -27,6 +27,21 @@ first non-digit, so, as for the text, the tokens around it are the learned frame
 
 What a :class:`Slot` means (a text-only event) is not this module's to say: the stream's decoder
 confirms it (``gateway.pipeline.StreamDecoding``).
+
+**Runs.** A read that holds a whole answer holds twenty such frames in a row, and reading them one
+at a time (cut out, compared, a :class:`Slot` each) is most of what an identity route's stream
+costs the gateway. When its caller asks (:attr:`TemplateReader.runs`), the frames of the template
+that follow a :class:`Slot` in the same read are read at once, as a :class:`TextRun`, by counting
+bytes instead of cutting frames (:meth:`FrameTemplate.run`). With ``H`` the framing's head and the
+template's prefix, ``T`` its suffix and the framing's tail, and ``B = T + H`` (the bytes between two
+frames), the bytes from a frame's start to a frame's end are ``n`` frames of the template exactly
+when they begin with ``H``, end with ``T``, hold ``n - 1`` occurrences of ``B`` that do not
+overlap, the first after the leading ``H``, and hold no more quotes, backslashes and line ends
+than ``n`` times ``H`` and ``T`` do, no other control character, no empty text, and valid UTF-8:
+the occurrences of ``B`` then lie between the frames, and every text between them is a plain
+string. Each of those is one call over the bytes, whatever ``n`` (the quotes, backslashes and
+control characters all at once: with every other byte deleted, the bytes must be ``n`` times those
+of ``H`` and ``T``). The frames of a template with a counter are read one by one.
 """
 
 from __future__ import annotations
@@ -36,7 +51,7 @@ from typing import Any, TypeAlias
 
 import orjson
 
-__all__ = ["FrameTemplate", "Slot", "TemplateReader", "TextPath", "learn"]
+__all__ = ["FrameTemplate", "Slot", "TemplateReader", "TextPath", "TextRun", "learn"]
 
 TextPath: TypeAlias = tuple[str | int, ...]
 """Keys and list indexes from a frame's value to its text, e.g. ``("delta", "text")``."""
@@ -44,6 +59,11 @@ TextPath: TypeAlias = tuple[str | int, ...]
 _NOT_PLAIN = re.compile(rb'["\\\x00-\x1f]')
 """What a string body read from the bytes may not hold: a quote or a backslash (its token would
 end, or need unescaping) or a control character (not valid in a JSON string)."""
+
+_SPECIAL = b'"\\' + bytes(range(0x20))
+"""The bytes a run's texts may not hold (see :data:`_NOT_PLAIN`): its frames' own are their
+framing's and template's, in the same order in every frame."""
+_ORDINARY = bytes(b for b in range(256) if b not in _SPECIAL)
 
 _DELIMITS = frozenset(b' \t\r\n:,[]{}')
 """The bytes that may stand before and after a number token in JSON (its neighbours)."""
@@ -81,12 +101,51 @@ class Slot:
         return f"Slot({self.text!r}, {self.raw!r}, {self.event!r})"
 
 
+class TextRun:
+    """Frames of one template in a row, read at once (see the module's docstring): the
+    :class:`Slot` s reading them one by one would have given (:meth:`slots`), held as the bytes
+    they came in, ``data[start:end]``, with how many frames (:attr:`count`) and how many
+    characters of text (:attr:`chars`) they hold."""
+
+    __slots__ = ("_between", "_head", "_tail", "chars", "count", "data", "end", "event",
+                 "prefix", "start", "suffix")
+
+    def __init__(self, data: bytes, start: int, end: int, count: int, chars: int, event: str,
+                 framing: tuple[bytes, bytes, bytes, bytes]) -> None:
+        self.data = data
+        self.start = start
+        self.end = end
+        self.count = count
+        self.chars = chars
+        self.event = event
+        self.prefix, self.suffix, self._head, self._tail = framing
+        self._between = self.suffix + self._tail + self._head + self.prefix
+
+    def texts(self) -> list[bytes]:
+        """Each frame's text, as the bytes of its plain JSON string body."""
+        inner = self.data[self.start + len(self._head) + len(self.prefix):
+                          self.end - len(self.suffix) - len(self._tail)]
+        return inner.split(self._between)
+
+    def text(self) -> str:
+        """All the run's text."""
+        return b"".join(self.texts()).decode()
+
+    def slots(self) -> list[Slot]:
+        """What reading the frames one by one would have given."""
+        prefix, suffix, event = self.prefix, self.suffix, self.event
+        return [Slot(t.decode(), prefix + t + suffix, event) for t in self.texts()]
+
+    def __repr__(self) -> str:
+        return f"TextRun({self.count} frames, {self.data[self.start:self.end]!r})"
+
+
 class FrameTemplate:
     """The bytes around the text of one frame, and around its counter when it has one (see the
     module's docstring)."""
 
-    __slots__ = ("_after", "_before", "_counted_first", "_least", "_prefix", "_suffix", "count",
-                 "counter", "event")
+    __slots__ = ("_after", "_before", "_counted_first", "_framed", "_least", "_prefix", "_suffix",
+                 "count", "counter", "event")
 
     def __init__(self, prefix: bytes, suffix: bytes, event: str,
                  counter: tuple[bytes, bytes, bool, int] | None = None) -> None:
@@ -105,6 +164,8 @@ class FrameTemplate:
             self._before, self._after, self._counted_first, count = counter
             self.counted(count)
         self._least = len(self._prefix) + len(self._suffix)
+        self._framed: _Framed | None = None
+        """What :meth:`run` counts with, for the framing it was last given."""
 
     def counted(self, count: int) -> None:
         """A frame of the stream carried ``count``: the next one to match carries the next."""
@@ -134,6 +195,69 @@ class FrameTemplate:
         if self.counter:
             self.counted(self.count + 1)
         return text
+
+    def run(self, data: bytes, start: int, head: bytes, tail: bytes,
+            limit: int) -> TextRun | None:
+        """The frames of this template (each ``head`` + the frame + ``tail``: its framing) that
+        follow one another from ``start``, a frame's start, in ``data``, read at once: ``None``
+        unless there are at least two of them and none is longer than ``limit`` (see the
+        module's docstring for why the counting below is exact)."""
+        if self.counter:
+            return None
+        framed = self._framed
+        if framed is None or framed.head != head or framed.tail != tail:
+            framed = self._framed = _Framed(self._prefix, self._suffix, head, tail)
+        if not framed.plain or not data.startswith(framed.first, start):
+            return None
+        between = framed.between
+        last = data.rfind(between, start)
+        if last < 0:
+            return None
+        end = data.find(framed.last, last + len(between))
+        # (no end after the last boundary: the read ends inside a frame, the run before it)
+        end = last + len(framed.last) if end < 0 else end + len(framed.last)
+        if end - start > limit:
+            return None
+        n = data.count(between, start, end) + 1
+        if (data.find(between, start, end) < start + len(framed.first)
+                or data.find(framed.empty, start, end) >= 0
+                or data[start:end].translate(None, _ORDINARY) != framed.special * n):
+            return None
+        if data.isascii():
+            chars = end - start - n * framed.chars
+        else:
+            try:
+                chars = len(data[start:end].decode()) - n * framed.chars
+            except UnicodeDecodeError:
+                return None
+        return TextRun(data, start, end, n, chars, self.event, framed.parts)
+
+
+class _Framed:
+    """A template within its framing: what :meth:`FrameTemplate.run` looks for and counts."""
+
+    __slots__ = ("between", "chars", "empty", "first", "head", "last", "parts", "plain", "special",
+                 "tail")
+
+    def __init__(self, prefix: bytes, suffix: bytes, head: bytes, tail: bytes) -> None:
+        self.head = head
+        self.tail = tail
+        self.parts = (prefix, suffix, head, tail)
+        self.first = head + prefix
+        """How a frame of the run begins."""
+        self.last = suffix + tail
+        """How it ends."""
+        self.between = self.last + self.first
+        self.empty = prefix[-16:] + suffix[:16]
+        """Where a frame with an empty text would be (never read as one of a run, nor by
+        :meth:`match`; bytes that are not one only cost a run)."""
+        around = self.first + self.last
+        self.special = around.translate(None, _ORDINARY)
+        """A frame's quotes, backslashes and control characters, in order."""
+        self.chars = len(around.decode("utf-8", "replace"))
+        # A template whose own bytes hold a line end where it could be mistaken for the
+        # framing's is read frame by frame.
+        self.plain = b"\n" not in prefix + suffix
 
 
 def _at(value: Any, path: TextPath) -> Any:
@@ -241,7 +365,7 @@ class TemplateReader:
     the stream's template matches, else the parsed value, learning a template from it while
     tries are left (raises :class:`orjson.JSONDecodeError` as ``orjson.loads`` does)."""
 
-    __slots__ = ("_counter_path", "_path", "_tries", "template")
+    __slots__ = ("_counter_path", "_path", "_tries", "runs", "template")
 
     def __init__(self, path: TextPath, counter_path: TextPath | None = None) -> None:
         self._path = path
@@ -249,6 +373,9 @@ class TemplateReader:
         """Where a frame holds its counter, when the stream numbers its frames."""
         self._tries = _LEARN_TRIES
         self.template: FrameTemplate | None = None
+        self.runs = False
+        """The caller takes :class:`TextRun` s: the framing readers offer one after each
+        :class:`Slot` (:meth:`run`)."""
 
     def read(self, raw: bytes, event: str) -> Any:
         template = self.template
@@ -275,6 +402,16 @@ class TemplateReader:
                     return Slot(found, raw, event, value,
                                 learned.count if learned.counter else None)
         return value
+
+    def run(self, data: bytes, start: int, head: bytes, tail: bytes,
+            limit: int) -> TextRun | None:
+        """Right after a :class:`Slot` read from ``data``, whose next frame begins at
+        ``start``: the frames of the template from there, read at once (when asked for:
+        :attr:`runs`), else ``None``."""
+        template = self.template
+        if template is None or start >= len(data):
+            return None
+        return template.run(data, start, head, tail, limit)
 
     def drop(self) -> None:
         """The decoder did not take a frame of the template as text alone: parse every frame

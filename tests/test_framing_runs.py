@@ -1,0 +1,250 @@
+"""Runs of text frames read at once (gateway.framing.template, "Runs"): what a run says of its
+bytes is what reading its frames one by one says, whatever the bytes; the framing readers give
+the same frames with runs as without; and an identity stream forwards the same bytes, counts the
+same and fails the same with runs as without, for every registered dialect."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.canonical import (
+    ChatRequest,
+    Message,
+    StreamEvent,
+    StreamFinish,
+    StreamStart,
+    TextDelta,
+)
+from gateway.dialects import DIALECTS, Dialect
+from gateway.framing import Slot, SniffingReader, TextRun, encoder_for, slot_payload
+from gateway.framing.template import TemplateReader, TextPath
+from gateway.pipeline import StreamTranslator
+
+PATH: TextPath = ("choices", 0, "delta", "content")
+FRAMINGS = {  # (head, tail) of a frame: JSON lines, an SSE event, a named SSE event
+    "lines": (b"", b"\n"),
+    "sse": (b"data: ", b"\n\n"),
+    "named": (b"event: delta\ndata: ", b"\n\n"),
+}
+TEXT = st.text(st.characters(codec="utf-8"), max_size=8)
+PLAIN = st.text(st.characters(codec="utf-8", blacklist_characters='"\\',
+                              blacklist_categories=["Cc"]), min_size=1, max_size=8)
+
+
+def frame(text: str, extra: dict[str, Any]) -> bytes:
+    return orjson.dumps({"id": "c1", **extra, "choices": [{"delta": {"content": text}}]})
+
+
+def learned(extra: dict[str, Any]) -> TemplateReader:
+    reader = TemplateReader(PATH)
+    assert isinstance(reader.read(frame("first", extra), "delta"), Slot)
+    reader.runs = True
+    return reader
+
+
+def one_by_one(reader: TemplateReader, data: bytes, start: int, end: int, head: bytes,
+               tail: bytes) -> list[str] | None:
+    """The texts of the frames in ``data[start:end]`` read one at a time by the template, or
+    ``None`` when that span is not whole frames that each fit it."""
+    template = reader.template
+    assert template is not None
+    texts = []
+    at = start
+    while at < end:
+        if not data.startswith(head, at):
+            return None
+        stop = data.find(tail, at + len(head))
+        if stop < 0 or stop + len(tail) > end:
+            return None
+        text = template.match(data[at + len(head):stop])
+        if text is None:
+            return None
+        texts.append(text)
+        at = stop + len(tail)
+    return texts
+
+
+@settings(max_examples=400, deadline=None)
+@given(kind=st.sampled_from(sorted(FRAMINGS)),
+       extra=st.dictionaries(st.sampled_from(["a", "b", "model"]),
+                             st.integers(0, 9) | st.text(max_size=3), max_size=2),
+       texts=st.lists(TEXT, min_size=1, max_size=8), after=st.booleans(),
+       cuts=st.lists(st.tuples(st.integers(0, 400), st.binary(max_size=3)), max_size=3))
+def test_a_run_is_what_reading_its_frames_one_by_one_gives(
+        kind: str, extra: dict[str, Any], texts: list[str], after: bool,
+        cuts: list[tuple[int, bytes]]) -> None:
+    head, tail = FRAMINGS[kind]
+    reader = learned(extra)
+    data = b"".join(head + frame(t, extra) + tail for t in texts)
+    if after:  # a frame of another shape after the run (a finish)
+        data += head + orjson.dumps({"id": "c1", "choices": [{"finish_reason": "stop"}]}) + tail
+    for at, junk in cuts:  # a few bytes changed anywhere
+        data = data[:at] + junk + data[at + len(junk):]
+    run = reader.run(data, 0, head, tail, 1 << 20)
+    if run is None:
+        return
+    expected = one_by_one(reader, data, run.start, run.end, head, tail)
+    assert expected is not None, (data, run)
+    assert run.count == len(expected) >= 2
+    assert [t.decode() for t in run.texts()] == expected
+    assert run.chars == sum(map(len, expected))
+    assert [s.text for s in run.slots()] == expected
+    assert all(s.raw == frame(s.text, extra) or s.parsed() == orjson.loads(s.raw)
+               for s in run.slots())
+
+
+@pytest.mark.parametrize("kind", sorted(FRAMINGS))
+def test_plain_frames_after_the_learned_one_are_one_run(kind: str) -> None:
+    head, tail = FRAMINGS[kind]
+    reader = learned({})
+    texts = ["tok ", "wörld", " 😀", "a/b", "x" * 300]
+    data = b"".join(head + frame(t, {}) + tail for t in texts)
+    finish = head + orjson.dumps({"choices": [{"finish_reason": "stop"}]}) + tail
+    run = reader.run(data + finish, 0, head, tail, 1 << 20)
+    assert run is not None and (run.start, run.end, run.count) == (0, len(data), len(texts))
+    assert run.text() == "".join(texts)
+
+
+@pytest.mark.parametrize("bad", ['a "quote"', "back\\slash", "tab\t", "", "\x7f ok"])
+def test_a_frame_that_needs_unescaping_or_is_empty_is_no_part_of_a_run(bad: str) -> None:
+    reader = learned({})
+    texts = ["a", "b", bad, "c"]
+    data = b"".join(frame(t, {}) + b"\n" for t in texts)
+    run = reader.run(data, 0, b"", b"\n", 1 << 20)
+    if bad == "\x7f ok":  # a plain string after all (DEL is no control character to JSON)
+        assert run is not None and run.count == 4
+    else:
+        assert run is None
+
+
+def test_no_run_past_the_size_limit_nor_of_one_frame_nor_across_a_line_cut() -> None:
+    reader = learned({})
+    data = b"".join(frame(t, {}) + b"\n" for t in ["a", "b", "c"])
+    assert reader.run(data, 0, b"", b"\n", len(data) - 1) is None
+    assert reader.run(frame("a", {}) + b"\n", 0, b"", b"\n", 1 << 20) is None
+    assert reader.run(data[:-5], 0, b"", b"\n", 1 << 20) is not None  # the whole ones
+    assert reader.run(data.replace(b"\n", b"\r\n"), 0, b"", b"\n", 1 << 20) is None
+
+
+def test_a_counted_template_reads_its_frames_one_by_one() -> None:
+    reader = TemplateReader(("delta",), ("n",))
+    frames = [orjson.dumps({"delta": t, "n": n}) + b"\n" for n, t in enumerate("abcd")]
+    assert isinstance(reader.read(frames[0][:-1], "message"), Slot)
+    reader.runs = True
+    assert reader.run(b"".join(frames[1:]), 0, b"", b"\n", 1 << 20) is None
+
+
+# --- the framing readers: the same frames with runs as without ---------------------------------
+
+
+def _flat(payloads: list[Any]) -> list[Any]:
+    """The frames' values (a Slot's and a run's frames' as parsing gives them)."""
+    out: list[Any] = []
+    for p in payloads:
+        out.extend(p.slots() if isinstance(p, TextRun) else [p])
+    return [slot_payload(Slot(p.text, p.raw, p.event)) if isinstance(p, Slot) else p for p in out]
+
+
+@settings(max_examples=200, deadline=None)
+@given(framing=st.sampled_from(["lines", "sse", "named"]),
+       texts=st.lists(PLAIN | TEXT, min_size=1, max_size=10),
+       cut=st.integers(0, 2000), junk=st.binary(max_size=2))
+def test_a_reader_gives_the_same_frames_with_runs_as_without(
+        framing: str, texts: list[str], cut: int, junk: bytes) -> None:
+    head, tail = FRAMINGS[framing]
+    start = head + orjson.dumps({"role": "assistant"}) + tail
+    data = start + b"".join(head + frame(t, {}) + tail for t in texts)
+    data = data[:cut] + junk + data[cut + len(junk):]
+    outs: list[Any] = []
+    for runs in (True, False):
+        reader = SniffingReader(named=framing == "named", text_path=PATH)
+        reader.allow_runs(runs)
+        try:
+            got = reader.feed(data)
+        except Exception as e:
+            outs.append((type(e), str(e)))
+            continue
+        outs.append((_flat(got), reader.whole))
+    assert outs[0] == outs[1]
+
+
+# --- identity streams: the same bytes, counts and failures with runs as without ----------------
+
+TEXTS = ["Hello", ", ", "wörld", " 😀", " plain", " more", " text", "!", " again", " end"]
+
+
+def _request() -> ChatRequest:
+    return ChatRequest(messages=[Message("user", "hi")], stream=True)
+
+
+def _stream(d: Dialect, texts: list[str]) -> list[bytes]:
+    encoder, framed = d.encoder(_request()), encoder_for(d.framing)
+    events: list[StreamEvent] = [StreamStart(model="m"), *(TextDelta(t) for t in texts),
+                                 StreamFinish("stop")]
+    return [framed(p) for e in events for p in encoder.encode(e)]
+
+
+_OWN = re.compile(rb'[0-9a-f]{24,}|\d{4}-\d\d-\d\dT[\d:.]+Z|(?<="created":)\d+'
+                  rb'|(?<="created_at":)\d+')
+"""What an encoder writes of its own in an error event (a new id, the clock)."""
+
+
+def _identity(d: Dialect, reads: list[bytes], runs: bool, abort_at: int | None = None) -> Any:
+    tr = StreamTranslator(d, d, _request())
+    if not runs:
+        tr._in.allow_runs(False)
+    out = [tr.feed(r) for r in reads[:abort_at]]
+    out.append(tr.finish() if abort_at is None else tr.abort("the upstream reset"))
+    return (_OWN.sub(b"<own>", b"".join(out)), tr.chunks, tr.text_chars, tr.content_started,
+            tr.finish_reason, tr.error, tr.events_read(), tr.usage, tr.model)
+
+
+@pytest.mark.parametrize("d", list(DIALECTS.values()), ids=list(DIALECTS))
+def test_an_identity_stream_is_the_same_with_runs_as_without(d: Dialect) -> None:
+    frames = _stream(d, TEXTS)
+    blob = b"".join(frames)
+    half = len(blob) // 2
+    for reads in ([blob], frames, [blob[:half], blob[half:]], [blob[:7], blob[7:]]):
+        assert _identity(d, reads, True) == _identity(d, reads, False)
+        # cut short after each read: the error event continues what was shown, alike
+        for k in range(1, len(reads) + 1):
+            assert _identity(d, reads, True, k) == _identity(d, reads, False, k)
+
+
+@settings(max_examples=60, deadline=None)
+@given(d=st.sampled_from(list(DIALECTS.values())), texts=st.lists(PLAIN | TEXT, max_size=12),
+       cuts=st.lists(st.integers(1, 4000), max_size=3),
+       junk=st.tuples(st.integers(0, 4000), st.binary(max_size=2)))
+def test_any_identity_stream_is_the_same_with_runs_as_without(
+        d: Dialect, texts: list[str], cuts: list[int], junk: tuple[int, bytes]) -> None:
+    blob = b"".join(_stream(d, texts))
+    at, bad = junk
+    blob = blob[:at] + bad + blob[at + len(bad):]
+    edges = sorted({c for c in cuts if c < len(blob)})
+    reads = [blob[a:b] for a, b in zip([0, *edges], [*edges, len(blob)], strict=True)]
+    assert _identity(d, reads, True) == _identity(d, reads, False)
+
+
+def test_the_runs_are_taken_on_an_identity_stream() -> None:
+    """(What the tests above compare is not two ways that never differ: runs are read, and
+    taken whole.)"""
+    for d in DIALECTS.values():
+        if getattr(d, "text_path", None) is None or getattr(d, "counter_path", None) is not None:
+            continue
+        tr = StreamTranslator(d, d, _request())
+        taken = 0
+        payloads = tr._in.payloads(b"".join(_stream(d, ["tok "] * 20)))
+        assert isinstance(payloads, list)
+        for p in payloads:
+            if isinstance(p, TextRun):
+                assert tr._in.take_run(p), d.name
+                taken += p.count
+            else:
+                tr._in.decode(p)
+        assert taken >= 18, d.name
