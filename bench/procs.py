@@ -85,7 +85,7 @@ class Proc:
     ``cpus`` before exec so that every process it forks inherits the pinning."""
 
     def __init__(self, name: str, cmd: Sequence[str], cpus: set[int] | None, log: Path,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, cwd: str | None = None) -> None:
         self.name = name
         self.cmd = list(cmd)
         self.cpus = cpus
@@ -98,7 +98,7 @@ class Proc:
 
         self.popen = subprocess.Popen(
             self.cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            preexec_fn=pin, start_new_session=True, env=env)
+            preexec_fn=pin, start_new_session=True, env=env, cwd=cwd)
         self.pid = self.popen.pid
 
     def alive(self) -> bool:
