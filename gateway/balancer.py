@@ -59,7 +59,11 @@ class UpstreamState:
             return True
         return now >= self.ejected_until and not self.trial
 
-    def begin(self, now: float) -> None:
+    def begin(self, now: float | None = None) -> None:
+        """A request goes to this upstream (``now``: ``time.monotonic()``, by default read here,
+        the one clock of an upstream's health)."""
+        if now is None:
+            now = time.monotonic()
         if not self.healthy and now >= self.ejected_until:
             self.trial = True
 
@@ -70,7 +74,9 @@ class UpstreamState:
             self.ejected_until = 0.0
             self.on_change(self.name, True)
 
-    def failed(self, health: HealthConfig, now: float) -> None:
+    def failed(self, health: HealthConfig, now: float | None = None) -> None:
+        if now is None:
+            now = time.monotonic()
         self.failures += 1
         was_trial, self.trial = self.trial, False
         if was_trial or (self.healthy and self.failures >= health.failure_threshold):

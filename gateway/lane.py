@@ -106,10 +106,8 @@ class LaneRequest:
         finally:
             self._waiter = None
 
-    async def iter_chunked(self, n: int) -> AsyncIterator[bytes]:
-        body = await self.read()
-        for i in range(0, len(body), n):
-            yield body[i:i + n]
+    def iter_chunked(self, n: int) -> AsyncIterator[bytes]:
+        return _Pieces(self, n)
 
     def body_complete(self, body: bytes) -> None:
         self._body = body
@@ -123,6 +121,29 @@ class LaneRequest:
         self._error = exc
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_exception(exc)
+
+
+class _Pieces:
+    """The body in pieces of at most ``n`` bytes, as aiohttp's ``iter_chunked`` gives them (a
+    class, not an async generator: the compiled build's mypyc has none)."""
+
+    def __init__(self, request: LaneRequest, n: int) -> None:
+        self._request = request
+        self._n = n
+        self._body: bytes | None = None
+        self._at = 0
+
+    def __aiter__(self) -> _Pieces:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if self._body is None:
+            self._body = await self._request.read()
+        if self._at >= len(self._body):
+            raise StopAsyncIteration
+        piece = self._body[self._at:self._at + self._n]
+        self._at += self._n
+        return piece
 
 
 class _Stop(Exception):

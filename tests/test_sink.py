@@ -258,23 +258,63 @@ async def test_expect_100_continue_is_answered_before_the_body(layer: str) -> No
                 writer.close()
 
 
+class _SpySink:
+    """A sink as the exchange made it, its stream's writes and ends seen (``on_write`` may
+    raise: a gateway bug planted where the answer is written)."""
+
+    def __init__(self, inner: Any, on_write: Callable[[bytes], None],
+                 on_finish: Callable[[bytes], None]) -> None:
+        self._inner = inner
+        self._on_write = on_write
+        self._on_finish = on_finish
+
+    async def whole(self, status: int, headers: dict[str, str], body: bytes) -> None:
+        await self._inner.whole(status, headers, body)
+
+    async def start(self, headers: dict[str, str]) -> None:
+        await self._inner.start(headers)
+
+    async def write(self, data: bytes) -> None:
+        self._on_write(data)
+        await self._inner.write(data)
+
+    async def finish(self, last: bytes = b"") -> None:
+        self._on_finish(last)
+        await self._inner.finish(last)
+
+    def cut(self) -> Any:
+        return self._inner.cut()
+
+    def response(self) -> Any:
+        return self._inner.response()
+
+
+def _spy_sinks(monkeypatch: pytest.MonkeyPatch, on_write: Callable[[bytes], None],
+               on_finish: Callable[[bytes], None]) -> None:
+    """Every exchange's sink (``gateway.exchange.sink_for``) watched by a :class:`_SpySink`."""
+    import gateway.exchange as exchange
+
+    made = exchange.sink_for
+
+    def sink_for(*args: Any) -> Any:
+        return _SpySink(made(*args), on_write, on_finish)
+
+    monkeypatch.setattr(exchange, "sink_for", sink_for)
+
+
 @pytest.mark.parametrize("layer", LAYERS)
 async def test_a_gateway_bug_after_the_stream_began_cuts_it(
         layer: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Never passed off as a clean finish: no last chunk, the connection closed."""
-    import gateway.exchange.answer as answer
-
-    write = answer.Answerer._write
     calls = 0
 
-    async def failing(self: Any, resp: Any, data: bytes) -> None:
+    def failing(data: bytes) -> None:
         nonlocal calls
         calls += 1
         if calls == 2:
             raise RuntimeError("a bug in the gateway")
-        await write(self, resp, data)
 
-    monkeypatch.setattr(answer.Answerer, "_write", failing)
+    _spy_sinks(monkeypatch, failing, lambda last: None)
     dialect = names()[0]
     async with _gateway(dialect, layer) as (port, _):
         (a,), closed = await _exchange(port, _request(dialect, stream=True), closes=True)
@@ -288,22 +328,9 @@ async def test_a_stream_that_arrives_with_its_end_goes_out_in_one_write(
     """When the upstream's last read also brought the body's end, its frames go out with the
     stream's end, in one write; with the last frame in a read of its own, the first read's
     frames go out at once. The client reads the same answer either way."""
-    import gateway.exchange.answer as answer
-
     writes: list[bytes] = []
     finishes: list[bytes] = []
-    write, finish = answer.Answerer._write, answer.Answerer._finish
-
-    async def spied_write(self: Any, resp: Any, data: bytes) -> None:
-        writes.append(data)
-        await write(self, resp, data)
-
-    async def spied_finish(self: Any, resp: Any, last: bytes = b"") -> None:
-        finishes.append(last)
-        await finish(self, resp, last)
-
-    monkeypatch.setattr(answer.Answerer, "_write", spied_write)
-    monkeypatch.setattr(answer.Answerer, "_finish", spied_finish)
+    _spy_sinks(monkeypatch, writes.append, finishes.append)
     sample = DIALECTS[dialect].samples.streams["text"]
     last = _last_frame_start(dialect, sample)
     texts = []

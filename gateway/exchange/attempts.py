@@ -10,7 +10,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
@@ -80,7 +80,7 @@ class AttemptContext(NamedTuple):
     balancer: Balancer
     headers: Headers
     answer: UpstreamAnswer
-    log: object
+    log: Any
     request_id: str
     trace: RequestTrace | None
     """The request's spans (tracing on): one client span per attempt that calls an upstream."""
@@ -150,31 +150,39 @@ def _render(req: ChatRequest, dialect: Dialect, up_stream: bool, model: str | No
 
 async def _call(ctx: AttemptContext, req: ChatRequest, state: UpstreamState, dialect: Dialect,
                 body: bytes, up_stream: bool, log: AttemptLog) -> Answered | Retry | Final:
-    state.begin(time.monotonic())
-    call: UpstreamCall | None = None
+    state.begin()
     trace = ctx.trace
+    # (two ``try`` blocks, so that the call is never a variable that may still be None where an
+    # exception is handled: the compiled build would check it against its narrowed type there)
     try:
-        headers = ctx.headers(state, dialect, up_stream)
-        if trace is not None:  # its span is the upstream's parent: in the headers it gets
-            trace.attempt(state, dialect, req, headers)
-        call = await start_call(ctx.transport, state.config, body, headers, stream=up_stream)
-        if call.status >= 400:
-            return await _upstream_status(ctx, call, state, dialect, log)
-        answered = await ctx.answer(req, call, dialect, up_stream)
-    except UpstreamError as e:
-        return _upstream_failed(ctx, state, e, log)
-    except (asyncio.CancelledError, ClientGone):
-        # The client went away: no fault of the upstream's, but an attempt it was (counted,
-        # and in the access line), whatever it had answered so far.
-        state.trial = False
-        if call is not None:
+        try:
+            headers = ctx.headers(state, dialect, up_stream)
+            if trace is not None:  # its span is the upstream's parent: in the headers it gets
+                trace.attempt(state, dialect, req, headers)
+            call = await start_call(ctx.transport, state.config, body, headers,
+                                    stream=up_stream)
+        except UpstreamError as e:
+            return _upstream_failed(ctx, state, e, log)
+        except (asyncio.CancelledError, ClientGone):
+            state.trial = False  # the client went away before the upstream answered
+            raise
+        try:
+            if call.status >= 400:
+                return await _upstream_status(ctx, call, state, dialect, log)
+            answered = await ctx.answer(req, call, dialect, up_stream)
+        except UpstreamError as e:
+            return _upstream_failed(ctx, state, e, log)
+        except (asyncio.CancelledError, ClientGone):
+            # The client went away: no fault of the upstream's, but an attempt it was (counted,
+            # and in the access line), whatever it had answered so far.
+            state.trial = False
             log.attempts.append(Attempt(state.name, "cancelled",
                                         time.perf_counter() - call.started, call.status))
-        raise
-    finally:
-        if call is not None:
+            raise
+        finally:
             log.upstream_wait += call.waited
             call.close()
+    finally:
         if trace is not None:
             trace.attempt_ended()
     seconds = time.perf_counter() - call.started
@@ -182,16 +190,16 @@ async def _call(ctx: AttemptContext, req: ChatRequest, state: UpstreamState, dia
     if answered.outcome == "ok":
         state.succeeded()
     else:
-        state.failed(ctx.health, time.monotonic())
+        state.failed(ctx.health)
     return answered
 
 
 def _upstream_failed(ctx: AttemptContext, state: UpstreamState, e: UpstreamError,
                      log: AttemptLog) -> Retry:
-    state.failed(ctx.health, time.monotonic())
+    state.failed(ctx.health)
     log.attempts.append(Attempt(state.name, e.kind))
     message = state.config.scrubber(e.message)
-    ctx.log.warning("upstream_error", request_id=ctx.request_id,  # type: ignore[attr-defined]
+    ctx.log.warning("upstream_error", request_id=ctx.request_id,
                     upstream=state.name, kind=e.kind, error=message)
     status = 504 if e.kind == "timeout" else 502
     code = "GATEWAY_TIMEOUT" if status == 504 else "BAD_GATEWAY"
@@ -217,10 +225,10 @@ async def _upstream_status(ctx: AttemptContext, call: UpstreamCall, state: Upstr
         retry_after = call.retry_after()
         err.retry_after = retry_after if status in (429, 503) else None
         if status >= 500:
-            state.failed(ctx.health, time.monotonic())
+            state.failed(ctx.health)
         else:
             state.trial = False
-        ctx.log.warning("upstream_status", request_id=ctx.request_id,  # type: ignore[attr-defined]
+        ctx.log.warning("upstream_status", request_id=ctx.request_id,
                         upstream=state.name, status=status)
         return Retry(err, retry_after)
     # Another 4xx is the client's problem: answer it now, never retry.
