@@ -76,6 +76,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     which.add_argument("--a", default=None,
                        help="also count the gateway this command starts, build A (e.g. another "
                             "compiled build), and print B/A")
+    p.add_argument("--keep", type=Path, default=None,
+                   help="keep callgrind's files here, one per (server, pair, mode), for "
+                        "callgrind_annotate")
     p.add_argument("--passthrough", action="store_true",
                    help="also count bench/passthrough.py, the yardstick, and print its "
                         "instructions over the gateway's")
@@ -162,7 +165,11 @@ async def count(a: argparse.Namespace, name: str, cmd: list[str], kind: str, tmp
                     await asyncio.sleep(0.1)
                 else:
                     raise RuntimeError(f"callgrind wrote no dump for {name} {c}:{u} {mode}")
-                text = Path(new.pop()).read_text()
+                dump = Path(new.pop())
+                text = dump.read_text()
+                if a.keep is not None:
+                    a.keep.mkdir(parents=True, exist_ok=True)
+                    shutil.copy(dump, a.keep / f"{name.replace(' ', '-')}-{c}-{u}-{mode}.out")
                 total = int(re.search(r"^totals: (\d+)", text, re.M).group(1))  # type: ignore[union-attr]
                 n = a.clients * a.requests
                 if errors:
