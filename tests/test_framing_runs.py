@@ -132,12 +132,77 @@ def test_no_run_past_the_size_limit_nor_of_one_frame_nor_across_a_line_cut() -> 
     assert reader.run(data.replace(b"\n", b"\r\n"), 0, b"", b"\n", 1 << 20) is None
 
 
-def test_a_counted_template_reads_its_frames_one_by_one() -> None:
+def test_numbered_frames_are_a_run_when_their_numbers_follow() -> None:
     reader = TemplateReader(("delta",), ("n",))
-    frames = [orjson.dumps({"delta": t, "n": n}) + b"\n" for n, t in enumerate("abcd")]
+
+    def numbered(text: str, n: int) -> bytes:
+        return orjson.dumps({"type": "delta", "delta": text, "n": n}) + b"\n"
+
+    assert isinstance(reader.read(numbered("a", 7)[:-1], "message"), Slot)
+    reader.runs = True
+    data = b"".join(numbered(t, n) for n, t in zip(range(8, 12), "bcde", strict=True))
+    run = reader.run(data, 0, b"", b"\n", 1 << 20)
+    assert run is not None and run.count == 4 and run.counter == 11 and run.text() == "bcde"
+    assert [(s.text, s.counter) for s in run.slots()] == list(zip("bcde", range(8, 12),
+                                                                  strict=True))
+    assert [s.raw + b"\n" for s in run.slots()] == [numbered(t, n) for n, t in
+                                                     zip(range(8, 12), "bcde", strict=True)]
+    assert reader.template is not None and reader.template.count == 11  # the next is 12
+    # a number that does not follow, or one spelled another way: no run
+    for bad in (numbered("f", 14), numbered("f", 13).replace(b"13", b"013")):
+        assert reader.run(numbered("e", 12) + bad, 0, b"", b"\n", 1 << 20) is None
+
+
+def test_frames_numbered_before_their_text_are_read_one_by_one() -> None:
+    reader = TemplateReader(("delta",), ("n",))
+    frames = [orjson.dumps({"n": n, "delta": t}) + b"\n" for n, t in enumerate("abcd")]
     assert isinstance(reader.read(frames[0][:-1], "message"), Slot)
     reader.runs = True
     assert reader.run(b"".join(frames[1:]), 0, b"", b"\n", 1 << 20) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(kind=st.sampled_from(sorted(FRAMINGS)), start=st.integers(0, 2**20),
+       steps=st.lists(st.tuples(TEXT, st.integers(-1, 2)), min_size=1, max_size=8),
+       cuts=st.lists(st.tuples(st.integers(0, 500), st.binary(max_size=3)), max_size=3))
+def test_a_numbered_run_is_what_reading_its_frames_one_by_one_gives(
+        kind: str, start: int, steps: list[tuple[str, int]],
+        cuts: list[tuple[int, bytes]]) -> None:
+    head, tail = FRAMINGS[kind]
+
+    def numbered(text: str, n: int) -> bytes:
+        return orjson.dumps({"type": "delta", "item_id": "m1", "delta": text, "logprobs": [],
+                             "sequence_number": n})
+
+    reader = TemplateReader(("delta",), ("sequence_number",))
+    assert isinstance(reader.read(numbered("first", start), "delta"), Slot)
+    reader.runs = True
+    n, frames = start, []
+    for text, step in steps:  # mostly the number that follows, sometimes another
+        n += step
+        frames.append(head + numbered(text, n) + tail)
+    data = b"".join(frames)
+    for at, junk in cuts:
+        data = data[:at] + junk + data[at + len(junk):]
+    template = reader.template
+    assert template is not None
+    expected_first = template.count + 1
+    run = reader.run(data, 0, head, tail, 1 << 20)
+    if run is None:
+        return
+    # frame by frame, with a template that expects the same numbers
+    assert run.counter == expected_first + run.count - 1 == template.count
+    slots = run.slots()
+    at = run.start
+    for k, slot in enumerate(slots):
+        frame = head + slot.raw + tail
+        assert data.startswith(frame, at)
+        at += len(frame)
+        value = orjson.loads(slot.raw)
+        assert value["delta"] == slot.text and value["sequence_number"] == slot.counter
+        assert slot.counter == expected_first + k
+        assert slot.raw == numbered(slot.text, slot.counter)  # a plain string, as written
+    assert at == run.end and run.chars == sum(len(s.text) for s in slots)
 
 
 # --- the framing readers: the same frames with runs as without ---------------------------------
@@ -229,6 +294,48 @@ def test_any_identity_stream_is_the_same_with_runs_as_without(
     edges = sorted({c for c in cuts if c < len(blob)})
     reads = [blob[a:b] for a, b in zip([0, *edges], [*edges, len(blob)], strict=True)]
     assert _identity(d, reads, True) == _identity(d, reads, False)
+
+
+def _translated(up: Dialect, client: Dialect, reads: list[bytes], runs: bool,
+                abort_at: int | None = None) -> Any:
+    tr = StreamTranslator(up, client, _request())
+    if not runs:
+        tr._in.allow_runs(False)
+    out = [tr.feed(r) for r in reads[:abort_at]]
+    out.append(tr.finish() if abort_at is None else tr.abort("the upstream reset"))
+    return (_OWN.sub(b"<own>", b"".join(out)), tr.chunks, tr.text_chars, tr.content_started,
+            tr.finish_reason, tr.error, tr.events_read(), tr.usage, tr.model, tr.dropped)
+
+
+PAIRS = [(u, c) for u in DIALECTS.values() for c in DIALECTS.values() if u is not c]
+
+
+@pytest.mark.parametrize(("up", "client"), PAIRS,
+                         ids=[f"{c.name}<-{u.name}" for u, c in PAIRS])
+def test_a_translated_stream_is_the_same_with_runs_as_without(up: Dialect,
+                                                               client: Dialect) -> None:
+    frames = _stream(up, TEXTS)
+    blob = b"".join(frames)
+    half = len(blob) // 2
+    for reads in ([blob], frames, [blob[:half], blob[half:]]):
+        assert _translated(up, client, reads, True) == _translated(up, client, reads, False)
+        assert _translated(up, client, reads, True, 1) == _translated(up, client, reads, False, 1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(pair=st.sampled_from(PAIRS), texts=st.lists(PLAIN | TEXT, max_size=12),
+       cuts=st.lists(st.integers(1, 4000), max_size=3),
+       junk=st.tuples(st.integers(0, 4000), st.binary(max_size=2)))
+def test_any_translated_stream_is_the_same_with_runs_as_without(
+        pair: tuple[Dialect, Dialect], texts: list[str], cuts: list[int],
+        junk: tuple[int, bytes]) -> None:
+    up, client = pair
+    blob = b"".join(_stream(up, texts))
+    at, bad = junk
+    blob = blob[:at] + bad + blob[at + len(bad):]
+    edges = sorted({c for c in cuts if c < len(blob)})
+    reads = [blob[a:b] for a, b in zip([0, *edges], [*edges, len(blob)], strict=True)]
+    assert _translated(up, client, reads, True) == _translated(up, client, reads, False)
 
 
 def test_the_runs_are_taken_on_an_identity_stream() -> None:

@@ -243,9 +243,11 @@ class Dialect(Protocol):
     # Optional with it: ``counter_path: TextPath | None``, where a dialect that numbers its stream
     # frames holds the number (``("sequence_number",)``): the promise above then holds for a chunk
     # that also carries another number there. A decoder that counts what text chunks gave may
-    # define ``again(text)``: it is called for each chunk read by the template instead of
-    # decoding it. An encoder's ``follow(payload)`` (identity routes) then gets such a chunk as
-    # the ``Slot`` it is: the payload it followed last, but for its text (and number).
+    # define ``again(chars)``: it is called with the characters of each chunk (or run of chunks)
+    # read by the template instead of decoding it. An encoder's ``follow(payload)`` (identity
+    # routes) then gets such a chunk as the ``Slot`` it is (the payload it followed last, but
+    # for its text and number), and a run of them as the ``TextRun`` it is (its ``text()`` and
+    # the ``counter`` of its last chunk).
 
     @property
     def stream_path(self) -> str | None:

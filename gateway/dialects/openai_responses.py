@@ -78,7 +78,7 @@ from gateway.dialects.base import (
     split_known,
 )
 from gateway.errors import DialectError
-from gateway.framing import Framing, Named, Payload, RawData, Slot, TextPath, named
+from gateway.framing import Framing, Named, Payload, RawData, Slot, TextPath, TextRun, named
 
 __all__ = ["OpenAIResponsesDialect"]
 
@@ -1050,11 +1050,11 @@ class _Decoder:
         self._texted: tuple[int, str, int] | None = None
         """Where the text of the last text delta went (its count, for :meth:`again`)."""
 
-    def again(self, text: str) -> None:
-        """A text delta like the last one decoded, but for its text (and number), was read from
-        its template: counted as decoding it would have."""
+    def again(self, chars: int) -> None:
+        """Text deltas like the last one decoded, but for their text (and number), were read
+        from its template: their ``chars`` counted as decoding them would have."""
         if self._texted is not None:
-            self._sent[self._texted] += len(text)
+            self._sent[self._texted] += chars
 
     def decode(self, payload: Any) -> list[StreamEvent]:
         if self._done:
@@ -1631,6 +1631,12 @@ class _Encoder:
                 self._seq = max(self._seq, payload.counter + 1)
             if self._followed_text is not None:
                 self._followed_text.chunks.append(payload.text)
+            return
+        if type(payload) is TextRun:  # text deltas like the Slot before them, read at once
+            if payload.counter is not None:
+                self._seq = max(self._seq, payload.counter + 1)
+            if self._followed_text is not None:
+                self._followed_text.chunks.append(payload.text())
             return
         self._followed_text = None
         if not isinstance(payload, Named) or not isinstance(payload.data, dict):

@@ -41,7 +41,12 @@ than ``n`` times ``H`` and ``T`` do, no other control character, no empty text, 
 the occurrences of ``B`` then lie between the frames, and every text between them is a plain
 string. Each of those is one call over the bytes, whatever ``n`` (the quotes, backslashes and
 control characters all at once: with every other byte deleted, the bytes must be ``n`` times those
-of ``H`` and ``T``). The frames of a template with a counter are read one by one.
+of ``H`` and ``T``). A template that numbers its frames after their text (a counter
+slot in its suffix: ``before``, the number, the frame's end) also needs each frame's number to
+follow the one before: the bytes are cut at each ``before`` (once a frame, as the texts hold no
+quote and the rest of the frame no ``before``), and each piece must begin with the next number,
+spelled as JSON spells it, and the frame's end. Frames numbered before their text are read one
+by one.
 """
 
 from __future__ import annotations
@@ -104,28 +109,35 @@ class Slot:
 class TextRun:
     """Frames of one template in a row, read at once (see the module's docstring): the
     :class:`Slot` s reading them one by one would have given (:meth:`slots`), held as the bytes
-    they came in, ``data[start:end]``, with how many frames (:attr:`count`) and how many
-    characters of text (:attr:`chars`) they hold."""
+    they came in, ``data[start:end]``, with how many frames (:attr:`count`), how many characters
+    of text (:attr:`chars`) they hold and, when the template numbers its frames, the number of
+    the last one (:attr:`counter`; its texts are then cut out already: ``numbered``)."""
 
-    __slots__ = ("_between", "_head", "_tail", "chars", "count", "data", "end", "event",
-                 "prefix", "start", "suffix")
+    __slots__ = ("_framed", "_texts", "chars", "count", "counter", "data", "end", "event",
+                 "start")
 
     def __init__(self, data: bytes, start: int, end: int, count: int, chars: int, event: str,
-                 framing: tuple[bytes, bytes, bytes, bytes]) -> None:
+                 framed: _Framed, numbered: list[bytes] | None = None) -> None:
         self.data = data
         self.start = start
         self.end = end
         self.count = count
         self.chars = chars
         self.event = event
-        self.prefix, self.suffix, self._head, self._tail = framing
-        self._between = self.suffix + self._tail + self._head + self.prefix
+        self._framed = framed
+        self._texts = numbered
+        self.counter: int | None = None
+        """The last frame's number, when the template numbers its frames."""
 
     def texts(self) -> list[bytes]:
         """Each frame's text, as the bytes of its plain JSON string body."""
-        inner = self.data[self.start + len(self._head) + len(self.prefix):
-                          self.end - len(self.suffix) - len(self._tail)]
-        return inner.split(self._between)
+        if self._texts is not None:
+            return self._texts
+        framed = self._framed
+        pieces = self.data[self.start + len(framed.first):self.end - len(framed.last)].split(
+            framed.between)
+        self._texts = pieces
+        return pieces
 
     def text(self) -> str:
         """All the run's text."""
@@ -133,8 +145,14 @@ class TextRun:
 
     def slots(self) -> list[Slot]:
         """What reading the frames one by one would have given."""
-        prefix, suffix, event = self.prefix, self.suffix, self.event
-        return [Slot(t.decode(), prefix + t + suffix, event) for t in self.texts()]
+        framed, event = self._framed, self.event
+        prefix, suffix = framed.prefix, framed.suffix
+        if self.counter is None:
+            return [Slot(t.decode(), prefix + t + suffix, event) for t in self.texts()]
+        first = self.counter - self.count + 1
+        before = framed.before
+        return [Slot(t.decode(), b"".join((prefix, t, before, str(first + k).encode(), suffix)),
+                     event, None, first + k) for k, t in enumerate(self.texts())]
 
     def __repr__(self) -> str:
         return f"TextRun({self.count} frames, {self.data[self.start:self.end]!r})"
@@ -202,11 +220,13 @@ class FrameTemplate:
         follow one another from ``start``, a frame's start, in ``data``, read at once: ``None``
         unless there are at least two of them and none is longer than ``limit`` (see the
         module's docstring for why the counting below is exact)."""
-        if self.counter:
-            return None
+        if self.counter and self._counted_first:
+            return None  # (a counter before the text: read frame by frame)
         framed = self._framed
         if framed is None or framed.head != head or framed.tail != tail:
-            framed = self._framed = _Framed(self._prefix, self._suffix, head, tail)
+            framed = self._framed = (
+                _Framed(self._prefix, self._after, head, tail, self._before) if self.counter
+                else _Framed(self._prefix, self._suffix, head, tail))
         if not framed.plain or not data.startswith(framed.first, start):
             return None
         between = framed.between
@@ -223,41 +243,75 @@ class FrameTemplate:
                 or data.find(framed.empty, start, end) >= 0
                 or data[start:end].translate(None, _ORDINARY) != framed.special * n):
             return None
+        texts: list[bytes] | None = None
+        digits = 0
+        if framed.before:
+            # A numbered run: cut at each ``before`` (once a frame: it is in neither head nor
+            # end, and the texts hold no quote), each frame's number must follow the last's,
+            # spelled as JSON spells it, then the frame's end
+            pieces = data[start:end].split(framed.before)
+            if len(pieces) != n + 1:
+                return None
+            texts = [pieces[0][len(framed.first):]]
+            number = self.count
+            for k in range(1, n + 1):
+                number += 1
+                spelled = str(number).encode()
+                piece = pieces[k]
+                if not piece.startswith(spelled) or not piece.startswith(framed.last,
+                                                                        len(spelled)):
+                    return None
+                if k < n:
+                    texts.append(piece[len(spelled) + len(framed.between):])
+                elif len(piece) != len(spelled) + len(framed.last):
+                    return None
+                digits += len(spelled)
         if data.isascii():
-            chars = end - start - n * framed.chars
+            chars = end - start - n * framed.chars - digits
         else:
             try:
-                chars = len(data[start:end].decode()) - n * framed.chars
+                chars = len(data[start:end].decode()) - n * framed.chars - digits
             except UnicodeDecodeError:
                 return None
-        return TextRun(data, start, end, n, chars, self.event, framed.parts)
+        run = TextRun(data, start, end, n, chars, self.event, framed, texts)
+        if texts is not None:
+            run.counter = self.count + n
+            self.counted(run.counter)
+        return run
 
 
 class _Framed:
-    """A template within its framing: what :meth:`FrameTemplate.run` looks for and counts."""
+    """A template within its framing: what :meth:`FrameTemplate.run` looks for and counts. A
+    template with a counter after its text is given the bytes after the counter as ``suffix``
+    and those between the text and the counter as ``before``."""
 
-    __slots__ = ("between", "chars", "empty", "first", "head", "last", "parts", "plain", "special",
-                 "tail")
+    __slots__ = ("before", "between", "chars", "empty", "first", "head", "last", "plain",
+                 "prefix", "special", "suffix", "tail")
 
-    def __init__(self, prefix: bytes, suffix: bytes, head: bytes, tail: bytes) -> None:
+    def __init__(self, prefix: bytes, suffix: bytes, head: bytes, tail: bytes,
+                 before: bytes = b"") -> None:
         self.head = head
         self.tail = tail
-        self.parts = (prefix, suffix, head, tail)
+        self.prefix = prefix
+        self.suffix = suffix
+        self.before = before
         self.first = head + prefix
         """How a frame of the run begins."""
         self.last = suffix + tail
-        """How it ends."""
+        """How it ends (after its counter, when it has one)."""
         self.between = self.last + self.first
-        self.empty = prefix[-16:] + suffix[:16]
+        self.empty = prefix[-16:] + (before or suffix)[:16]
         """Where a frame with an empty text would be (never read as one of a run, nor by
         :meth:`match`; bytes that are not one only cost a run)."""
-        around = self.first + self.last
+        around = self.first + before + self.last
         self.special = around.translate(None, _ORDINARY)
         """A frame's quotes, backslashes and control characters, in order."""
         self.chars = len(around.decode("utf-8", "replace"))
         # A template whose own bytes hold a line end where it could be mistaken for the
-        # framing's is read frame by frame.
-        self.plain = b"\n" not in prefix + suffix
+        # framing's is read frame by frame; so is a numbered one whose ``before`` is also in its
+        # head or end (its runs are cut at it).
+        self.plain = (b"\n" not in prefix + suffix + before
+                      and (not before or before not in self.between))
 
 
 def _at(value: Any, path: TextPath) -> Any:
