@@ -60,7 +60,7 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    return web.Response(body=request.app[METRICS].render(),
+    return web.Response(body=await request.app[METRICS].render_async(),
                         headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 

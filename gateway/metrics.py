@@ -299,6 +299,14 @@ class Metrics:
         self.pending.flush()
         return self._exposition.render()
 
+    async def render_async(self) -> bytes:
+        """As :meth:`render`, giving the event loop a turn every few series (the scrape of a
+        gateway with many routes is milliseconds of formatting: gateway/exposition.py)."""
+        if _multiprocess():
+            return self.render()
+        self.pending.flush()
+        return await self._exposition.render_async()
+
     def edge_drops(self, reason: str) -> None:
         """Counts a connection :mod:`gateway.edge` closed."""
         self.connections_closed.labels(reason).inc()

@@ -4,6 +4,7 @@ scrape to the next: what it writes must be, byte for byte, what prometheus-clien
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Iterator
 
@@ -11,7 +12,7 @@ import prometheus_client.metrics as client_metrics
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from gateway.exposition import Exposition
+from gateway.exposition import STEP, Exposition
 from gateway.metrics import Metrics
 
 AWKWARD = ['/chat', 'quote"d', "back\\slash", "new\nline", "ünïcødé ✓", "", "a,b=c}{"]
@@ -101,3 +102,30 @@ def test_a_metric_without_labels_is_refused() -> None:
     """Unlabelled metrics render another way; the gateway has none, so they are not handled."""
     with pytest.raises(ValueError, match="no labels"):
         Exposition([Counter("plain", "p", registry=CollectorRegistry())])
+
+
+async def test_a_scrape_gives_the_loop_a_turn_every_few_series_and_the_same_bytes(
+        created: bool) -> None:
+    """``/metrics`` is rendered a few series at a time (``render_async``): a stream's frame that
+    arrives during a scrape of many routes waits for a few series, not for the whole
+    exposition. The bytes are those of a scrape at once."""
+    m = _busy_metrics()
+    for i in range(4 * STEP):
+        series = m.series(f"/route{i}", "in", "up0", "out")
+        series.requests(200).inc(i)
+        series.duration_stream.observe(i / 100)
+    turns = 0
+    rendering = True
+
+    def tick() -> None:  # a callback the loop runs whenever the scrape gives it a turn
+        nonlocal turns
+        if rendering:
+            turns += 1
+            asyncio.get_running_loop().call_soon(tick)
+
+    asyncio.get_running_loop().call_soon(tick)
+    ours = await m.render_async()
+    rendering = False
+    assert ours == generate_latest(m.registry) == m.render()
+    # every labelled metric with 4 * STEP series or more gave the loop at least three turns
+    assert turns >= 3 * 4
