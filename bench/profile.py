@@ -88,8 +88,23 @@ def area(frame: str) -> str:
 _COMPILED = re.compile(r"CPy(?:Def|Py|L)_(?P<module>[a-z0-9_]+?)_{3,}")
 """A native frame of the compiled build (``--native``): mypyc names each C function after the
 last part of its module's name (``CPyDef_pipeline___StreamTranslator___feed``)."""
-_COMPILED_STAGE = {"pipeline": "translation", "canonical": "translation", "carry": "translation",
-                   "framing": "translation", "jsonlines": "translation", "sse": "translation"}
+_COMPILED_PATH = {
+    "pipeline": "gateway/pipeline.py", "canonical": "gateway/canonical.py",
+    "carry": "gateway/carry.py", "framing": "gateway/framing/__init__.py",
+    "jsonlines": "gateway/framing/jsonlines.py", "sse": "gateway/framing/sse.py",
+    "template": "gateway/framing/template.py",
+    # the per-request path, compiled since git 66e7724: without these its frames went down as
+    # a dialect's, i.e. translation (run 11's explanation, docs/performance.md)
+    "lane": "gateway/lane.py", "sink": "gateway/exchange/sink.py",
+    "outcome": "gateway/exchange/outcome.py", "answer": "gateway/exchange/answer.py",
+    "attempts": "gateway/exchange/attempts.py", "client": "gateway/exchange/client.py",
+    "headers": "gateway/exchange/headers.py", "call": "gateway/upstream/call.py",
+    "deadlines": "gateway/upstream/deadlines.py",
+    "fast_transport": "gateway/upstream/fast_transport.py",
+    "http1": "gateway/upstream/http1.py",
+}
+"""Where the modules mypyc compiles live, by the last part of their name (the rest are
+dialects)."""
 
 
 def _path_of(frame: str) -> str:
@@ -99,8 +114,7 @@ def _path_of(frame: str) -> str:
     native = _COMPILED.match(m.group("func"))
     if native is not None and m.group("file").startswith("__native"):
         module = native.group("module")
-        return ("gateway/pipeline.py" if module in _COMPILED_STAGE
-                else f"gateway/dialects/{module}.py")
+        return _COMPILED_PATH.get(module, f"gateway/dialects/{module}.py")
     return m.group("file")
 
 
