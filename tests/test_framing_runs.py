@@ -261,13 +261,7 @@ _OWN = re.compile(rb'[0-9a-f]{24,}|\d{4}-\d\d-\d\dT[\d:.]+Z|(?<="created":)\d+'
 
 
 def _identity(d: Dialect, reads: list[bytes], runs: bool, abort_at: int | None = None) -> Any:
-    tr = StreamTranslator(d, d, _request())
-    if not runs:
-        tr._in.allow_runs(False)
-    out = [tr.feed(r) for r in reads[:abort_at]]
-    out.append(tr.finish() if abort_at is None else tr.abort("the upstream reset"))
-    return (_OWN.sub(b"<own>", b"".join(out)), tr.chunks, tr.text_chars, tr.content_started,
-            tr.finish_reason, tr.error, tr.events_read(), tr.usage, tr.model)
+    return _translated(d, d, reads, runs, abort_at)
 
 
 @pytest.mark.parametrize("d", list(DIALECTS.values()), ids=list(DIALECTS))
@@ -298,6 +292,8 @@ def test_any_identity_stream_is_the_same_with_runs_as_without(
 
 def _translated(up: Dialect, client: Dialect, reads: list[bytes], runs: bool,
                 abort_at: int | None = None) -> Any:
+    """What a stream from ``up`` gave ``client`` (an identity stream when they are one), read
+    with or without runs, cut short after ``abort_at`` reads: its bytes and its accounting."""
     tr = StreamTranslator(up, client, _request())
     if not runs:
         tr._in.allow_runs(False)
