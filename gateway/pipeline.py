@@ -468,8 +468,9 @@ class StreamTranslator:
     """
 
     __slots__ = ("_cumulative", "_encoder", "_follow", "_frame", "_gate", "_identity", "_in",
-                 "_replay", "_req", "_same", "_spelled", "_started", "chunks", "content_started",
-                 "done", "error", "finish_reason", "model", "text_chars", "usage")
+                 "_plain", "_replay", "_req", "_same", "_spelled", "_started", "chunks",
+                 "content_started", "done", "error", "finish_reason", "model", "text_chars",
+                 "usage")
 
     def __init__(
         self, upstream: Dialect, client: Dialect, req: ChatRequest, *,
@@ -481,6 +482,10 @@ class StreamTranslator:
         """An encoder that numbers or names what it writes (ids, sequence numbers) reads the
         upstream's own payloads instead of a replay, so that its error event continues them."""
         self._frame: Callable[[Payload], bytes] = encoder_for(client.framing)
+        self._plain: Callable[[list[bytes]], list[Payload] | None] | None = optional(
+            self._encoder, "plain_texts")
+        """An encoder that writes the texts of a run as they are (optional: see
+        :class:`gateway.dialects.base.StreamEncoder`)."""
         self._gate = EventGate(client, policy) if EventGate.needed(upstream, client) else None
         # Same dialect both sides: the upstream's own payloads are re-emitted, unless the client
         # needs something of its own put in: (decided on the first payload) its session state
@@ -563,8 +568,9 @@ class StreamTranslator:
                     passed.append(payload)
                     continue
                 # its text frames, each the TextDelta decoding it gives (the dialect's promise)
-                frame: bytes | None = self._events([TextDelta(t.decode())
-                                                    for t in payload.texts()])
+                frame: bytes | None = self._plain_run(payload)
+                if frame is None:
+                    frame = self._events([TextDelta(t.decode()) for t in payload.texts()])
             else:
                 frame = self._payload(payload)
             if frame is None:
@@ -689,6 +695,22 @@ class StreamTranslator:
             self._follow(run)
         self._started = True
         self.chunks += run.count
+
+    def _plain_run(self, run: TextRun) -> bytes | None:
+        """A translating route's run of text frames written by an encoder that takes its texts
+        as they are (``plain_texts``), counted as :meth:`_events` counts their TextDeltas (which
+        every gate lets through): ``None`` when it has not begun, is done, or says no."""
+        plain = self._plain
+        if plain is None or not self._started or self.done:
+            return None
+        payloads = plain(run.texts())
+        if payloads is None:
+            return None
+        self.text_chars += run.chars
+        self.content_started = True
+        self.chunks += len(payloads)
+        frame = self._frame
+        return b"".join([frame(p) for p in payloads])
 
     def _frames_of(self, passed: list[Any]) -> list[bytes]:
         """Frames for payloads passed on (re-encoded: the read they came in also held something

@@ -351,3 +351,43 @@ def test_the_runs_are_taken_on_an_identity_stream() -> None:
             else:
                 tr._in.decode(p)
         assert taken >= 18, d.name
+
+
+# --- encoders that write a run's texts as they are ---------------------------------------------
+
+PLAIN_WRITERS = [d for d in DIALECTS.values() if hasattr(d.encoder(_request()), "plain_texts")]
+
+
+def _written(d: Dialect, payloads: list[Any]) -> bytes:
+    framed = encoder_for(d.framing)
+    return _OWN.sub(b"<own>", b"".join(framed(p) for p in payloads))
+
+
+@settings(max_examples=150, deadline=None)
+@given(d=st.sampled_from(PLAIN_WRITERS), before=st.lists(PLAIN | TEXT, max_size=3),
+       texts=st.lists(PLAIN, min_size=1, max_size=6))
+def test_an_encoder_writes_plain_texts_as_it_writes_their_text_deltas(
+        d: Dialect, before: list[str], texts: list[str]) -> None:
+    """``plain_texts`` (gateway.dialects.base.StreamEncoder) gives the bytes that encoding each
+    text's TextDelta gives, and leaves the encoder where those would have: what it writes next
+    (a finish that repeats the whole text, numbered on) is the same too."""
+    fast, slow = d.encoder(_request()), d.encoder(_request())
+    for e in [StreamStart(id="resp_1", model="m", created=1), *(TextDelta(t) for t in before)]:
+        assert _written(d, fast.encode(e)) == _written(d, slow.encode(e))
+    plain = fast.plain_texts([t.encode() for t in texts])  # type: ignore[attr-defined]
+    if any(before):  # the stream has begun and its text is open: never the general path
+        assert plain is not None, d.name
+    deltas = [p for t in texts for p in slow.encode(TextDelta(t))]
+    if plain is None:  # (nothing changed: the general path writes them)
+        assert _written(d, [p for t in texts for p in fast.encode(TextDelta(t))]) \
+            == _written(d, deltas)
+    else:
+        assert _written(d, plain) == _written(d, deltas)
+    finish = StreamFinish("stop")
+    assert _written(d, fast.encode(finish)) == _written(d, slow.encode(finish))
+
+
+def test_some_encoders_write_plain_texts() -> None:
+    """(The test above is not vacuous: the encoders the gateway's benchmarks translate to most
+    write runs this way.)"""
+    assert len(PLAIN_WRITERS) >= 4

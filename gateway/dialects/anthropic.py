@@ -1303,6 +1303,16 @@ class _Encoder:
                 self._content(event, out)
                 return out
 
+    def plain_texts(self, texts: list[bytes]) -> list[Payload] | None:
+        """What encoding a :class:`TextDelta` of each text gives, each the body of a plain JSON
+        string (see :class:`gateway.dialects.base.StreamEncoder`), while a text block is open
+        and nothing is held: the deltas put together from their parts. ``None`` otherwise."""
+        if self._open != "text" or self._closed or self._held or self._agent is not None:
+            return None
+        self._spoke = True
+        head = b"".join((_TEXT_DELTA_HEAD, str(self._index).encode(), _TEXT_DELTA_MID, b'"'))
+        return [named("content_block_delta", b"".join((head, t, b'"}}'))) for t in texts]
+
     def _content(self, event: StreamEvent, out: list[Payload]) -> None:
         """A content event: sent now, or held while an unfinished call's block is open."""
         if self._open == "tool_use":

@@ -189,6 +189,13 @@ class StreamEncoder(Protocol):
     # to the client unchanged; an encoder whose events carry ids or sequence numbers reads them
     # here, so that an error event it writes afterwards continues that stream. Without it the
     # encoder is brought up to date by re-encoding the canonical events instead.
+    #
+    # Optional: ``plain_texts(texts: list[bytes]) -> list[Payload] | None``. The payloads that
+    # encoding a ``TextDelta`` of each text in turn would give, each text given as the body of a
+    # plain JSON string (no quote, backslash or control character, valid UTF-8, not empty: the
+    # texts of a run of upstream text frames, gateway.framing.template), so that the encoder can
+    # put them between quotes as they are. ``None`` when its state asks for the general path
+    # (nothing written yet, an agent's header due, another block open...): nothing changed then.
 
 
 class Dialect(Protocol):

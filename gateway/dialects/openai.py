@@ -662,6 +662,10 @@ class _Decoder:
         return [StreamError("the upstream stream ended before it finished")]
 
 
+_PLAIN_TEXT_TAIL = b'"},"logprobs":null,"finish_reason":null}]}'
+"""How :meth:`_Encoder._chunk` ends a text chunk's JSON, after its text."""
+
+
 class _Encoder:
     __slots__ = ("_agent", "_calls", "_closed", "_created", "_first", "_id", "_include_usage",
                  "_model", "_prefix", "_spoke")
@@ -686,6 +690,16 @@ class _Encoder:
             })[:-1]
         return self._prefix + b',"choices":' + orjson.dumps(
             [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}]) + b"}"
+
+    def plain_texts(self, texts: list[bytes]) -> list[Payload] | None:
+        """What encoding a :class:`TextDelta` of each text gives, each the body of a plain JSON
+        string (see :class:`gateway.dialects.base.StreamEncoder`), once the stream has begun:
+        the chunk put together from its parts. ``None`` otherwise."""
+        if self._first or self._closed or self._agent is not None:
+            return None
+        self._spoke = True
+        head = self._prefix + b',"choices":[{"index":0,"delta":{"content":"'
+        return [b"".join((head, t, _PLAIN_TEXT_TAIL)) for t in texts]
 
     def _start(self) -> list[Payload]:
         if not self._first:

@@ -1478,6 +1478,28 @@ class _Encoder:
             _TEXT_DELTA_HEAD, str(seq).encode(), item.text_delta_at(), orjson.dumps(text),
             _TEXT_DELTA_TAIL))))
 
+    def plain_texts(self, texts: list[bytes]) -> list[Payload] | None:
+        """What encoding a :class:`TextDelta` of each text gives, each the body of a plain JSON
+        string (see :class:`gateway.dialects.base.StreamEncoder`), when a message is open and
+        nothing else is: the deltas of a run, numbered on, with no dict or JSON writer per
+        event. ``None`` otherwise."""
+        item = self._open
+        if item is None or self._closed or self._reasoning is not None \
+                or self._agent is not None:
+            return None
+        self._spoke = True
+        at = item.text_delta_at()
+        seq = self._seq
+        self._seq = seq + len(texts)
+        chunks = item.chunks
+        out: list[Payload] = []
+        for t in texts:
+            chunks.append(t.decode())
+            out.append(named(_TEXT_DELTA, b"".join((
+                _TEXT_DELTA_HEAD, str(seq).encode(), at, b'"', t, b'"', _TEXT_DELTA_TAIL))))
+            seq += 1
+        return out
+
     def _message(self, out: list[Payload]) -> _Item:
         if self._open is None:
             self._open = self._add("message", "msg_", out)

@@ -283,6 +283,16 @@ class _Encoder:
         choice["index"] = 0
         return [self._wrap(choice)]
 
+    def plain_texts(self, texts: list[bytes]) -> list[Payload] | None:
+        """What encoding a :class:`TextDelta` of each text gives, each the body of a plain JSON
+        string (see :class:`gateway.dialects.base.StreamEncoder`), once the stream has begun:
+        the chunk put together from its parts. ``None`` otherwise."""
+        if self._first or self._closed or self._agent is not None:
+            return None
+        self._spoke = True
+        tail = b'"},"finish_reason":null,"index":0}]' + self._tail
+        return [b"".join((b'{"choices":[{"delta":{"content":"', t, tail)) for t in texts]
+
     def _wrap(self, choice: dict[str, Any], usage: Usage | None = None) -> bytes:
         head = b'{"choices":' + orjson.dumps([choice])
         if usage is not None:

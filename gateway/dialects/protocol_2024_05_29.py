@@ -243,6 +243,15 @@ class _Encoder:
             context = {**context, "data_points": _EMPTY_CONTEXT["data_points"]}
         return [self._line({"role": "assistant"}, context, start.session_state if start else None)]
 
+    def plain_texts(self, texts: list[bytes]) -> list[Payload] | None:
+        """What encoding a :class:`TextDelta` of each text gives, each the body of a plain JSON
+        string (see :class:`gateway.dialects.base.StreamEncoder`), once the stream has begun.
+        ``None`` otherwise."""
+        if self._first or self._closed or self._agent is not None:
+            return None
+        self._spoke = True
+        return [b"".join((b'{"delta":{"content":"', t, b'"}}')) for t in texts]
+
     def encode(self, event: StreamEvent) -> list[Payload]:
         if self._closed:
             return []
