@@ -31,22 +31,20 @@ confirms it (``gateway.pipeline.StreamDecoding``).
 **Runs.** A read that holds a whole answer holds twenty such frames in a row, and reading them one
 at a time (cut out, compared, a :class:`Slot` each) is most of what an identity route's stream
 costs the gateway. When its caller asks (:attr:`TemplateReader.runs`), the frames of the template
-that follow a :class:`Slot` in the same read are read at once, as a :class:`TextRun`, by counting
-bytes instead of cutting frames (:meth:`FrameTemplate.run`). With ``H`` the framing's head and the
-template's prefix, ``T`` its suffix and the framing's tail, and ``B = T + H`` (the bytes between two
-frames), the bytes from a frame's start to a frame's end are ``n`` frames of the template exactly
-when they begin with ``H``, end with ``T``, hold ``n - 1`` occurrences of ``B`` that do not
-overlap, the first after the leading ``H``, and hold no more quotes, backslashes and line ends
-than ``n`` times ``H`` and ``T`` do, no other control character, no empty text, and valid UTF-8:
-the occurrences of ``B`` then lie between the frames, and every text between them is a plain
-string. Each of those is one call over the bytes, whatever ``n`` (the quotes, backslashes and
-control characters all at once: with every other byte deleted, the bytes must be ``n`` times those
-of ``H`` and ``T``). A template that numbers its frames after their text (a counter
-slot in its suffix: ``before``, the number, the frame's end) also needs each frame's number to
-follow the one before: the bytes are cut at each ``before`` (once a frame, as the texts hold no
-quote and the rest of the frame no ``before``), and each piece must begin with the next number,
-spelled as JSON spells it, and the frame's end. Frames numbered before their text are read one
-by one.
+that follow a :class:`Slot` in the same read are read at once, as a :class:`TextRun`
+(:meth:`FrameTemplate.run`). With ``H`` the framing's head and the template's prefix, ``T`` its
+suffix and the framing's tail, and ``B = T + H`` (the bytes between two frames), the bytes from a
+frame's start to a frame's end are ``n`` frames of the template exactly when they are ``H``, then
+``n`` texts joined by ``B``, then ``T``, and each text is a plain string body (as above): cut at
+each ``B`` (one call over the bytes), the pieces are those texts, and the texts, joined, are
+checked for quotes, backslashes and control characters at once (one search over the text alone,
+not over the frames) and decoded at once, which proves them UTF-8 and counts their characters.
+Whatever the cut found, the bytes are the pieces joined by ``B``: a run is never wrong, at worst
+not found (the frames are then read one by one). A template that numbers its frames after their
+text (a counter slot in its suffix: ``before``, the number, the frame's end) is cut at each
+``before`` instead: each piece must be the next number, spelled as JSON spells it, ``B`` and the
+next text; the last one, the last number alone. Frames numbered before their text are read one by
+one.
 """
 
 from __future__ import annotations
@@ -64,11 +62,6 @@ TextPath: TypeAlias = tuple[str | int, ...]
 _NOT_PLAIN = re.compile(rb'["\\\x00-\x1f]')
 """What a string body read from the bytes may not hold: a quote or a backslash (its token would
 end, or need unescaping) or a control character (not valid in a JSON string)."""
-
-_SPECIAL = b'"\\' + bytes(range(0x20))
-"""The bytes a run's texts may not hold (see :data:`_NOT_PLAIN`): its frames' own are their
-framing's and template's, in the same order in every frame."""
-_ORDINARY = bytes(b for b in range(256) if b not in _SPECIAL)
 
 _DELIMITS = frozenset(b' \t\r\n:,[]{}')
 """The bytes that may stand before and after a number token in JSON (its neighbours)."""
@@ -111,13 +104,13 @@ class TextRun:
     :class:`Slot` s reading them one by one would have given (:meth:`slots`), held as the bytes
     they came in, ``data[start:end]``, with how many frames (:attr:`count`), how many characters
     of text (:attr:`chars`) they hold and, when the template numbers its frames, the number of
-    the last one (:attr:`counter`; its texts are then cut out already: ``numbered``)."""
+    the last one (:attr:`counter`)."""
 
     __slots__ = ("_framed", "_texts", "chars", "count", "counter", "data", "end", "event",
                  "start")
 
     def __init__(self, data: bytes, start: int, end: int, count: int, chars: int, event: str,
-                 framed: _Framed, numbered: list[bytes] | None = None) -> None:
+                 framed: _Framed, texts: list[bytes]) -> None:
         self.data = data
         self.start = start
         self.end = end
@@ -125,19 +118,13 @@ class TextRun:
         self.chars = chars
         self.event = event
         self._framed = framed
-        self._texts = numbered
+        self._texts = texts
         self.counter: int | None = None
         """The last frame's number, when the template numbers its frames."""
 
     def texts(self) -> list[bytes]:
         """Each frame's text, as the bytes of its plain JSON string body."""
-        if self._texts is not None:
-            return self._texts
-        framed = self._framed
-        pieces = self.data[self.start + len(framed.first):self.end - len(framed.last)].split(
-            framed.between)
-        self._texts = pieces
-        return pieces
+        return self._texts
 
     def text(self) -> str:
         """All the run's text."""
@@ -227,66 +214,67 @@ class FrameTemplate:
             framed = self._framed = (
                 _Framed(self._prefix, self._after, head, tail, self._before) if self.counter
                 else _Framed(self._prefix, self._suffix, head, tail))
-        if not framed.plain or not data.startswith(framed.first, start):
+        first, last = framed.first, framed.last
+        if not framed.plain or not data.startswith(first, start):
             return None
         between = framed.between
-        last = data.rfind(between, start)
-        if last < 0:
+        at = data.rfind(between, start)
+        if at < 0:
             return None
-        end = data.find(framed.last, last + len(between))
+        end = data.find(last, at + len(between))
         # (no end after the last boundary: the read ends inside a frame, the run before it)
-        end = last + len(framed.last) if end < 0 else end + len(framed.last)
-        if end - start > limit:
+        end = at + len(last) if end < 0 else end + len(last)
+        if end - start > limit or end - start < 2 * len(first):
             return None
-        n = data.count(between, start, end) + 1
-        if (data.find(between, start, end) < start + len(framed.first)
-                or data.find(framed.empty, start, end) >= 0
-                or data[start:end].translate(None, _ORDINARY) != framed.special * n):
-            return None
-        texts: list[bytes] | None = None
+        body = data[start + len(first):end - len(last)]
         digits = 0
-        if framed.before:
-            # A numbered run: cut at each ``before`` (once a frame: it is in neither head nor
-            # end, and the texts hold no quote), each frame's number must follow the last's,
-            # spelled as JSON spells it, then the frame's end
-            pieces = data[start:end].split(framed.before)
-            if len(pieces) != n + 1:
-                return None
-            texts = [pieces[0][len(framed.first):]]
+        if not framed.before:
+            texts = body.split(between)
+        else:
+            # A numbered run: cut at each ``before``, each piece is the frame's number (the one
+            # after the last's, spelled as JSON spells it), the bytes between two frames and the
+            # next frame's text; the last piece, the last number alone
+            pieces = body.split(framed.before)
+            texts = [pieces[0]]
             number = self.count
-            for k in range(1, n + 1):
+            for k in range(1, len(pieces)):
                 number += 1
                 spelled = str(number).encode()
                 piece = pieces[k]
-                if not piece.startswith(spelled) or not piece.startswith(framed.last,
-                                                                        len(spelled)):
-                    return None
-                if k < n:
-                    texts.append(piece[len(spelled) + len(framed.between):])
-                elif len(piece) != len(spelled) + len(framed.last):
-                    return None
                 digits += len(spelled)
-        if data.isascii():
-            chars = end - start - n * framed.chars - digits
-        else:
-            try:
-                chars = len(data[start:end].decode()) - n * framed.chars - digits
-            except UnicodeDecodeError:
+                if k == len(pieces) - 1:
+                    if piece != spelled:
+                        return None
+                elif piece.startswith(spelled) and piece.startswith(between, len(spelled)):
+                    texts.append(piece[len(spelled) + len(between):])
+                else:
+                    return None
+            if len(pieces) != len(texts) + 1:
                 return None
+        n = len(texts)
+        if n < 2 or b"" in texts:
+            return None
+        joined = b"".join(texts)
+        if _NOT_PLAIN.search(joined) is not None:
+            return None
+        try:
+            chars = len(joined.decode())
+        except UnicodeDecodeError:
+            return None
         run = TextRun(data, start, end, n, chars, self.event, framed, texts)
-        if texts is not None:
+        if framed.before:
             run.counter = self.count + n
             self.counted(run.counter)
         return run
 
 
 class _Framed:
-    """A template within its framing: what :meth:`FrameTemplate.run` looks for and counts. A
-    template with a counter after its text is given the bytes after the counter as ``suffix``
-    and those between the text and the counter as ``before``."""
+    """A template within its framing: what :meth:`FrameTemplate.run` looks for. A template with
+    a counter after its text is given the bytes after the counter as ``suffix`` and those
+    between the text and the counter as ``before``."""
 
-    __slots__ = ("before", "between", "chars", "empty", "first", "head", "last", "plain",
-                 "prefix", "special", "suffix", "tail")
+    __slots__ = ("before", "between", "first", "head", "last", "plain", "prefix", "suffix",
+                 "tail")
 
     def __init__(self, prefix: bytes, suffix: bytes, head: bytes, tail: bytes,
                  before: bytes = b"") -> None:
@@ -300,16 +288,9 @@ class _Framed:
         self.last = suffix + tail
         """How it ends (after its counter, when it has one)."""
         self.between = self.last + self.first
-        self.empty = prefix[-16:] + (before or suffix)[:16]
-        """Where a frame with an empty text would be (never read as one of a run, nor by
-        :meth:`match`; bytes that are not one only cost a run)."""
-        around = self.first + before + self.last
-        self.special = around.translate(None, _ORDINARY)
-        """A frame's quotes, backslashes and control characters, in order."""
-        self.chars = len(around.decode("utf-8", "replace"))
         # A template whose own bytes hold a line end where it could be mistaken for the
-        # framing's is read frame by frame; so is a numbered one whose ``before`` is also in its
-        # head or end (its runs are cut at it).
+        # framing's is read frame by frame (a line reader cuts there first); so is a numbered one
+        # whose ``before`` is also between its frames (cut there, its runs would never fit).
         self.plain = (b"\n" not in prefix + suffix + before
                       and (not before or before not in self.between))
 
