@@ -1304,9 +1304,8 @@ class _Encoder:
                 return out
 
     def plain_texts(self, texts: list[bytes]) -> list[Payload] | None:
-        """What encoding a :class:`TextDelta` of each text gives, each the body of a plain JSON
-        string (see :class:`gateway.dialects.base.StreamEncoder`), while a text block is open
-        and nothing is held: the deltas put together from their parts. ``None`` otherwise."""
+        """:meth:`gateway.dialects.base.StreamEncoder` ``plain_texts``: while a text block is
+        open and nothing is held."""
         if self._open != "text" or self._closed or self._held or self._agent is not None:
             return None
         self._spoke = True

@@ -1479,10 +1479,8 @@ class _Encoder:
             _TEXT_DELTA_TAIL))))
 
     def plain_texts(self, texts: list[bytes]) -> list[Payload] | None:
-        """What encoding a :class:`TextDelta` of each text gives, each the body of a plain JSON
-        string (see :class:`gateway.dialects.base.StreamEncoder`), when a message is open and
-        nothing else is: the deltas of a run, numbered on, with no dict or JSON writer per
-        event. ``None`` otherwise."""
+        """:meth:`gateway.dialects.base.StreamEncoder` ``plain_texts``: while a message is open and
+        nothing else is (its deltas numbered on)."""
         item = self._open
         if item is None or self._closed or self._reasoning is not None \
                 or self._agent is not None:

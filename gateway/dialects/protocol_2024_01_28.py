@@ -284,9 +284,8 @@ class _Encoder:
         return [self._wrap(choice)]
 
     def plain_texts(self, texts: list[bytes]) -> list[Payload] | None:
-        """What encoding a :class:`TextDelta` of each text gives, each the body of a plain JSON
-        string (see :class:`gateway.dialects.base.StreamEncoder`), once the stream has begun:
-        the chunk put together from its parts. ``None`` otherwise."""
+        """:meth:`gateway.dialects.base.StreamEncoder` ``plain_texts``: once the stream has
+        begun."""
         if self._first or self._closed or self._agent is not None:
             return None
         self._spoke = True

@@ -224,10 +224,9 @@ class FrameTemplate:
         end = data.find(last, at + len(between))
         # (no end after the last boundary: the read ends inside a frame, the run before it)
         end = at + len(last) if end < 0 else end + len(last)
-        if end - start > limit or end - start < 2 * len(first):
+        if end - start > limit:
             return None
         body = data[start + len(first):end - len(last)]
-        digits = 0
         if not framed.before:
             texts = body.split(between)
         else:
@@ -235,13 +234,14 @@ class FrameTemplate:
             # after the last's, spelled as JSON spells it), the bytes between two frames and the
             # next frame's text; the last piece, the last number alone
             pieces = body.split(framed.before)
+            if len(pieces) < 3:
+                return None
             texts = [pieces[0]]
             number = self.count
             for k in range(1, len(pieces)):
                 number += 1
                 spelled = str(number).encode()
                 piece = pieces[k]
-                digits += len(spelled)
                 if k == len(pieces) - 1:
                     if piece != spelled:
                         return None
@@ -249,8 +249,6 @@ class FrameTemplate:
                     texts.append(piece[len(spelled) + len(between):])
                 else:
                     return None
-            if len(pieces) != len(texts) + 1:
-                return None
         n = len(texts)
         if n < 2 or b"" in texts:
             return None
