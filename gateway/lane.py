@@ -39,6 +39,7 @@ from aiohttp.base_protocol import BaseProtocol
 from aiohttp.http import HttpVersion, HttpVersion10, HttpVersion11
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from gateway.framing.search import holds
 from gateway.log import get_logger
 
 if TYPE_CHECKING:
@@ -386,7 +387,7 @@ class Lane:
         if parser.get_method() != b"POST" or parser.should_upgrade() or url[:1] != b"/":
             return None
         raw_path = url.split(b"?", 1)[0]
-        if b"%" in raw_path:  # aiohttp decodes it: left to aiohttp's router
+        if holds(raw_path, b"%"):  # aiohttp decodes it: left to aiohttp's router
             return None
         version = _VERSIONS.get(parser.get_http_version())
         if version is None:

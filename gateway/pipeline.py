@@ -66,6 +66,7 @@ from gateway.framing import (
     slot_payload,
 )
 from gateway.framing.jsonlines import DEFAULT_MAX_LINE
+from gateway.framing.search import holds
 
 __all__ = [
     "ResponseAssembler",
@@ -723,7 +724,9 @@ class StreamTranslator:
                 out.append(self._frame(payload.text.encode()))
                 continue
             if type(payload) is Slot:  # the upstream's own JSON, unless a CR would break a line
-                raw = payload.raw if b"\r" not in payload.raw else orjson.dumps(payload.parsed())
+                raw = payload.raw
+                if holds(raw, b"\r"):
+                    raw = orjson.dumps(payload.parsed())
                 out.append(self._frame(raw if payload.event == "message"
                                        else named(payload.event, raw)))
                 continue

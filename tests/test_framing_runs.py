@@ -22,7 +22,16 @@ from gateway.canonical import (
     TextDelta,
 )
 from gateway.dialects import DIALECTS, Dialect
-from gateway.framing import Slot, SniffingReader, TextRun, encoder_for, slot_payload
+from gateway.framing import (
+    RawData,
+    Slot,
+    SniffingReader,
+    TextRun,
+    encoder_for,
+    named,
+    slot_payload,
+)
+from gateway.framing.sse import SSEReader
 from gateway.framing.template import TemplateReader, TextPath
 from gateway.pipeline import StreamTranslator
 
@@ -237,6 +246,37 @@ def test_a_reader_gives_the_same_frames_with_runs_as_without(
             continue
         outs.append((_flat(got), reader.whole))
     assert outs[0] == outs[1]
+
+
+_LINES = st.sampled_from([
+    b"event: delta", b"event:delta", b"event:", b"event:  two", b"data: {}", b'data:{"a":1}',
+    b"data: 1", b"data:", b"data:  x", b": a comment", b"id: 7", b"retry: 5", b"",
+    b"data: " + frame("t", {}), b"data:" + frame("u", {})])
+
+
+@settings(max_examples=400, deadline=None)
+@given(named_events=st.booleans(), runs=st.booleans(),
+       events=st.lists(st.lists(_LINES, min_size=1, max_size=3), min_size=1, max_size=8))
+def test_whole_events_read_fast_are_what_the_line_by_line_reader_gives(
+        named_events: bool, runs: bool, events: list[list[bytes]]) -> None:
+    """Whatever lines an event holds (names with and without their space, comments, ids, data
+    over two lines, no data), the readers' fast paths, with runs or without, give what the
+    spec's line-by-line reader (gateway.framing.sse.SSEReader.feed) gives."""
+    data = b"data: {}\n\n" + b"".join(b"\n".join(lines) + b"\n\n" for lines in events)
+    reader = SniffingReader(named=named_events, text_path=PATH)
+    reader.allow_runs(runs)
+    got = _flat(reader.feed(data))
+    want = [_parsed(e.data) if e.event == "message" or not named_events
+            else named(e.event, _parsed(e.data)) for e in SSEReader().feed(data)]
+    assert got == want
+    assert reader.whole
+
+
+def _parsed(data: str) -> Any:
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return RawData(data)
 
 
 # --- identity streams: the same bytes, counts and failures with runs as without ----------------

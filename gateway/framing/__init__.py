@@ -14,6 +14,7 @@ import orjson
 
 from gateway.errors import FramingError
 from gateway.framing.jsonlines import DEFAULT_MAX_LINE, JsonLinesReader, encode_line
+from gateway.framing.search import holds
 from gateway.framing.sse import SSEEvent, SSEReader, encode_event
 from gateway.framing.template import Slot, TemplateReader, TextPath, TextRun
 
@@ -117,7 +118,7 @@ class _SSEPayloadReader:
         before = self._sse.between_events and not data.startswith(b"\xef\xbb\xbf")
         payloads = self._payloads(self._sse.feed(data))
         # whole events (named ones, comments, ids) with LF line ends: passed on as they are
-        self.whole = before and self._sse.between_events and b"\r" not in data
+        self.whole = before and self._sse.between_events and not holds(data, b"\r")
         return payloads
 
     def finish(self) -> list[Any]:

@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from gateway.errors import FramingError
+from gateway.framing.search import holds
 from gateway.framing.template import Slot, TemplateReader
 
 __all__ = ["DEFAULT_MAX_LINE", "JsonLinesReader", "encode_line"]
@@ -109,7 +110,7 @@ class JsonLinesReader:
         # (a CR is only ever whitespace between JSON tokens: passed on, it would be the only
         # CR the client sees, whose lines the gateway ends with LF alone)
         self.whole = not parts and data.endswith(b"\n") and self._scanner is None \
-            and b"\r" not in data
+            and not holds(data, b"\r")
         out: list[Any] = []
         start = 0
         find = data.find

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.errors import FramingError
+from gateway.framing.search import holds
 
 __all__ = ["DEFAULT_MAX_EVENT", "SSEEvent", "SSEReader", "encode_comment", "encode_event"]
 
@@ -94,7 +95,7 @@ class SSEReader:
         # Line ends are found in the new bytes alone: a CRLF split across reads is the one
         # case that spans two, and ``_cr`` takes care of it.
         ended_cr = data.endswith(b"\r")
-        if b"\r" in data:
+        if holds(data, b"\r"):
             data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         lines = data.split(b"\n")
         tail = lines.pop()
@@ -137,7 +138,7 @@ class SSEReader:
             return None
         out: list[bytes] = []
         for block in blocks:
-            if (not block.startswith(b"data:") or b"\n" in block
+            if (not block.startswith(b"data:") or holds(block, b"\n")
                     or len(block) > self._max):
                 return None
             out.append(block[6:] if block[5:6] == b" " else block[5:])
@@ -149,7 +150,7 @@ class SSEReader:
         LF line ends and the reader is between events; else ``None``: the fast paths' shared
         precondition."""
         if (self._parts or self._data or self._cr or self._event
-                or not data.endswith(b"\n\n") or b"\r" in data):
+                or not data.endswith(b"\n\n") or holds(data, b"\r")):
             return None
         blocks = data.split(b"\n\n")
         blocks.pop()  # what follows the last blank line: nothing
@@ -160,28 +161,33 @@ class SSEReader:
         ``data[at:]`` alone: ``(name, data, where the next event begins)``, or ``None``. For a
         caller that skips some events by reading them another way; it checks
         :meth:`whole_events` first, and calls :meth:`read_plain` once it has read them all."""
-        end = data.find(b"\n\n", at)
-        if end < 0 or end - at > self._max:
+        # Found line by line, each end by a one-byte find (memchr), then only what the compiled
+        # build does natively (slices, comparisons): a two-byte find, a split or ``in`` scans
+        # the event again, byte by byte, and an event is read per call.
+        end = data.find(b"\n", at)
+        if end < 0:
             return None
-        if data.startswith(b"data:", at):
-            name, line = "message", data[at:end]
-        elif named and data.startswith(b"event:", at):
-            head, _, line = data[at:end].partition(b"\n")
-            value = head[7:] if head[6:7] == b" " else head[6:]
+        begin, name = at, "message"
+        if named and data[at:at + 6] == b"event:":
+            value = data[at + 6:end]
+            if value[:1] == b" ":
+                value = value[1:]
             name = value.decode("utf-8", "replace") or "message"
-            if not line.startswith(b"data:"):
+            at = end + 1
+            end = data.find(b"\n", at)
+            if end < 0:
                 return None
-        else:
+        # a data line, then the blank line that ends the event
+        if data[at:at + 5] != b"data:" or end + 1 >= len(data) or data[end + 1] != 10 \
+                or end - begin > self._max:
             return None
-        if b"\n" in line:
-            return None
-        return name, line[6:] if line[5:6] == b" " else line[5:], end + 2
+        return name, data[at + 6:end] if data[at + 5:at + 6] == b" " else data[at + 5:end], end + 2
 
     def whole_events(self, data: bytes) -> bool:
         """``data`` holds whole events with LF line ends and the reader is between events: the
         fast paths' shared precondition."""
         return not (self._parts or self._data or self._cr or self._event
-                    or not data.endswith(b"\n\n") or b"\r" in data)
+                    or not data.endswith(b"\n\n") or holds(data, b"\r"))
 
     def read_plain(self) -> None:
         """Events were read by :meth:`plain_block`: the stream has begun."""
@@ -208,7 +214,7 @@ class SSEReader:
                 name = value.decode("utf-8", "replace") or "message"
             else:
                 return None
-            if not line.startswith(b"data:") or b"\n" in line:
+            if not line.startswith(b"data:") or holds(line, b"\n"):
                 return None
             out.append((name, line[6:] if line[5:6] == b" " else line[5:]))
         self._first = False  # it began with a field name, so there was no BOM to drop
