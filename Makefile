@@ -14,7 +14,8 @@ COMPILED_TESTS := tests/test_build.py tests/dialects tests/test_golden.py tests/
 	tests/test_identity.py tests/test_stream_edges.py tests/test_hostile.py tests/test_fuzz.py \
 	tests/test_properties.py tests/test_sink.py tests/test_canonical.py tests/test_framing_*.py \
 	tests/test_translate_cli.py tests/test_strict_readers.py tests/test_legacy_backends.py \
-	tests/test_exchange.py tests/test_server_e2e.py
+	tests/test_exchange.py tests/test_server_e2e.py tests/test_metrics_batched.py \
+	tests/test_exposition.py tests/test_traffic.py tests/test_status.py
 
 .PHONY: demo test provision lint typecheck unit compiled unit-compiled bench bench-compiled soak \
 	clean

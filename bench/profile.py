@@ -59,8 +59,10 @@ _AREAS = ("gateway/", "aiohttp/", "asyncio/", "prometheus_client", "structlog", 
           "yarl", "selectors", "contextlib", "orjson")
 _FRAME = re.compile(r"(?P<func>.*?) \((?P<file>.*?):(?P<line>\d+)\)$")
 STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("accounting", ("gateway/exchange/outcome.py", "gateway/metrics.py", "gateway/traffic.py",
-                    "gateway/log.py", "prometheus_client/", "structlog/")),
+    ("accounting", ("gateway/exchange/outcome.py", "gateway/metrics.py",
+                    "gateway/metric_children.py", "gateway/traffic.py",
+                    "gateway/traffic_window.py", "gateway/log.py",
+                    "prometheus_client/", "structlog/")),
     ("translation", ("gateway/pipeline.py", "gateway/dialects/", "gateway/framing/",
                      "gateway/carry.py", "gateway/canonical.py")),
     ("upstream hop", ("gateway/upstream/", "aiohttp/client", "aiohttp/connector.py",

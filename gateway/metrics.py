@@ -8,9 +8,7 @@ sums them, so any worker answers for all.
 from __future__ import annotations
 
 import os
-from bisect import bisect_left
-from collections.abc import Callable, Iterator
-from typing import Any, Generic, Protocol, TypeVar
+from collections.abc import Callable
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -20,13 +18,24 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
-from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from gateway.canonical import Usage
 from gateway.exposition import Exposition
+from gateway.metric_children import (
+    Batched,
+    BatchedCounter,
+    BatchedHistogram,
+    Counts,
+    Family,
+    Observes,
+    Pending,
+    RouteSeries,
+    as_is,
+)
 
-__all__ = ["CONTENT_TYPE_LATEST", "LATENCY_BUCKETS", "Family", "Metrics", "RouteSeries"]
+__all__ = ["CONTENT_TYPE_LATEST", "LATENCY_BUCKETS", "Batched", "BatchedCounter",
+           "BatchedHistogram", "Family", "Metrics", "Pending", "RouteSeries"]
 
 # No bound more than twice the one below it, so a quantile read from the buckets is never off by
 # more than that factor: a time to first token of 105 ms reads between 100 and 150 ms, where the
@@ -35,176 +44,6 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0
                    1.5, 2.0, 3.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0)
 _OVERHEAD = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
 _ROUTE = ("route", "client_dialect", "upstream", "upstream_dialect")
-
-
-class Counts(Protocol):
-    def inc(self, amount: float = 1) -> None: ...
-
-
-class Observes(Protocol):
-    def observe(self, amount: float) -> None: ...
-
-
-_C = TypeVar("_C")
-
-
-class Family(Generic[_C]):
-    """A labelled metric whose children are looked up once per label set.
-
-    prometheus-client's ``labels()`` validates the values and takes a lock on every call (about
-    1 µs); a request touches eight or so children, so the hot path keeps them in a dict instead.
-    The label sets are the metric's own (routes, upstreams, statuses): the dict is no larger than
-    the series the registry already holds. ``wrap`` makes what the hot path writes to of each
-    child (the child itself, or a :class:`Batched` one).
-    """
-
-    __slots__ = ("_children", "_wrap", "metric")
-
-    def __init__(self, metric: Any, wrap: Callable[[Any], _C]) -> None:
-        self.metric = metric
-        self._wrap = wrap
-        self._children: dict[tuple[str, ...], _C] = {}
-
-    def labels(self, *values: str) -> _C:
-        child = self._children.get(values)
-        if child is None:
-            child = self._children[values] = self._wrap(self.metric.labels(*values))
-        return child
-
-    def remove(self, *values: str) -> None:
-        child = self._children.pop(values, None)
-        if isinstance(child, Batched):
-            child.flush()
-        self.metric.remove(*values)
-
-
-class Batched:
-    """What a request counts, kept in plain numbers until the registry is collected (a scrape of
-    ``/metrics``), then added to the prometheus-client child at once.
-
-    A child's ``inc`` or ``observe`` takes its lock, and ``observe`` walks the buckets in
-    Python: about 7 µs of every request's CPU went to them. Here a request adds to a number (a
-    histogram finds its bucket by bisection), and :class:`Pending` applies the sums before the
-    registry reads its children. Only in one process: with ``--workers N`` another worker
-    renders ``/metrics`` from the multiprocess files, so each write goes there at once.
-    """
-
-    __slots__ = ("_pending", "_queued")
-
-    def __init__(self, pending: Pending) -> None:
-        self._pending = pending
-        self._queued = False
-
-    def _queue(self) -> None:
-        self._queued = True
-        self._pending.dirty.append(self)
-
-    def flush(self) -> None:
-        raise NotImplementedError
-
-
-class BatchedCounter(Batched):
-    __slots__ = ("_child", "_n")
-
-    def __init__(self, child: Counter, pending: Pending) -> None:
-        super().__init__(pending)
-        self._child = child
-        self._n = 0.0
-
-    def inc(self, amount: float = 1) -> None:
-        if amount < 0:
-            raise ValueError("Counters can only be incremented by non-negative amounts.")
-        if not self._queued:
-            self._queue()
-        self._n += amount
-
-    def flush(self) -> None:
-        self._queued = False
-        n, self._n = self._n, 0.0
-        if n:
-            self._child.inc(n)
-
-
-class BatchedHistogram(Batched):
-    __slots__ = ("_bounds", "_child", "_counts", "_sum")
-
-    def __init__(self, child: Histogram, pending: Pending) -> None:
-        super().__init__(pending)
-        self._child = child
-        self._bounds: list[float] = list(child._upper_bounds)  # (ends with +Inf)
-        self._counts = [0] * len(self._bounds)
-        self._sum = 0.0
-
-    def observe(self, amount: float) -> None:
-        if amount != amount:  # NaN: in no bucket, as prometheus-client has it
-            self._child.observe(amount)
-            return
-        if not self._queued:
-            self._queue()
-        # the first bound >= amount: the one bucket prometheus-client's observe increments
-        self._counts[bisect_left(self._bounds, amount)] += 1
-        self._sum += amount
-
-    def flush(self) -> None:
-        self._queued = False
-        child, counts = self._child, self._counts
-        for i, n in enumerate(counts):
-            if n:
-                child._buckets[i].inc(n)
-                counts[i] = 0
-        total, self._sum = self._sum, 0.0
-        child._sum.inc(total)
-
-
-class Pending:
-    """The batched children with something to apply, applied when the registry is collected:
-    registered first, so that the metrics after it read their children with the sums in."""
-
-    __slots__ = ("dirty",)
-
-    def __init__(self) -> None:
-        self.dirty: list[Batched] = []
-
-    def flush(self) -> None:
-        dirty, self.dirty = self.dirty, []
-        for child in dirty:
-            child.flush()
-
-    def collect(self) -> Iterator[Metric]:
-        self.flush()
-        return iter(())
-
-    def describe(self) -> list[Metric]:
-        return []
-
-
-def _as_is(child: _C) -> _C:
-    return child
-
-
-class RouteSeries:
-    """The children one (route, client dialect, upstream, upstream dialect) writes on every
-    request, looked up once instead of label by label per request."""
-
-    __slots__ = ("_by_status", "_requests", "duration_stream", "duration_whole", "labels",
-                 "overhead", "stream_chunks", "ttft")
-
-    def __init__(self, m: Metrics, labels: tuple[str, str, str, str]) -> None:
-        route, upstream = labels[0], labels[2]
-        self.labels = labels
-        self._requests = m.requests
-        self._by_status: dict[int, Counts] = {}
-        self.duration_stream = m.request_duration.labels(*labels, "true")
-        self.duration_whole = m.request_duration.labels(*labels, "false")
-        self.overhead = m.overhead.labels(route)
-        self.ttft = m.ttft.labels(route, upstream)
-        self.stream_chunks = m.stream_chunks.labels(route, upstream)
-
-    def requests(self, status: int) -> Counts:
-        child = self._by_status.get(status)
-        if child is None:
-            child = self._by_status[status] = self._requests.labels(*self.labels, str(status))
-        return child
 
 
 def _multiprocess() -> bool:
@@ -216,8 +55,8 @@ class Metrics:
         self._series: dict[tuple[str, str, str, str], RouteSeries] = {}
         r = self.registry = CollectorRegistry(auto_describe=True)
         self.pending = Pending()
-        counts: Callable[[Counter], Counts] = _as_is
-        observes: Callable[[Histogram], Observes] = _as_is
+        counts: Callable[[Counter], Counts] = as_is
+        observes: Callable[[Histogram], Observes] = as_is
         if not _multiprocess():
             r.register(self.pending)
             pending = self.pending
@@ -245,7 +84,7 @@ class Metrics:
             ["route", "upstream"], registry=r), counts)
         self.inflight = Family(Gauge(
             "gateway_inflight_requests", "Requests being served.", ["route"],
-            multiprocess_mode="livesum", registry=r), _as_is)
+            multiprocess_mode="livesum", registry=r), as_is)
         self.upstream_errors = Family(Counter(
             "gateway_upstream_errors_total",
             "Upstream failures by kind: connect, timeout, status, malformed.",
@@ -265,7 +104,7 @@ class Metrics:
             ["upstream", "outcome"], registry=r), counts)
         self.upstream_healthy = Family(Gauge(
             "gateway_upstream_healthy", "1 while the upstream takes traffic, 0 while ejected.",
-            ["upstream"], multiprocess_mode="liveall", registry=r), _as_is)
+            ["upstream"], multiprocess_mode="liveall", registry=r), as_is)
         self.dropped_fields = Family(Counter(
             "gateway_dropped_fields_total",
             "Fields a request or an answer carried that the other side's dialect cannot, dropped "

@@ -14,30 +14,29 @@ Percentiles are nearest-rank over those weighted samples.
 
 from __future__ import annotations
 
-import os
-import random
 import time
-from array import array
 from bisect import bisect_right
-from collections import deque
 from collections.abc import Iterable, Sequence
 from itertools import chain
 from math import ceil
 
 from typing_extensions import TypedDict  # pydantic validates these on Python 3.11
 
+from gateway.traffic_window import (
+    HISTORY_SECONDS,
+    SAMPLES,
+    STEP_SECONDS,
+    RecentTraffic,
+    bucket_of,
+)
+
 __all__ = ["BUCKETS", "HISTORY_SECONDS", "SAMPLES", "STEP_SECONDS", "SUMMARY_SECONDS",
            "RecentTraffic", "RouteTraffic", "SlotData", "WindowData", "merge", "percentiles"]
 
-STEP_SECONDS = 5
-HISTORY_SECONDS = 300
 BUCKETS = HISTORY_SECONDS // STEP_SECONDS
 SUMMARY_SECONDS = 60
 """The tables' figures cover the buckets that began in the last minute."""
-SAMPLES = 100
-"""Samples kept per timing, route and bucket."""
 QUANTILES = (0.5, 0.95, 0.99)
-_MAX_US = 2**32 - 1
 
 
 class SlotData(TypedDict):
@@ -77,107 +76,6 @@ PercentileCache = dict[tuple[int, str, str, tuple[int, ...]], list[float | None]
 """Percentiles of finished buckets, keyed by what went into them."""
 Group = tuple[int, Sequence[int]]
 """Requests seen by one reservoir, and the microseconds it kept of them."""
-
-
-class _Reservoir:
-    __slots__ = ("kept", "seen")
-
-    def __init__(self) -> None:
-        self.seen = 0
-        self.kept = array("I")
-
-    def add(self, seconds: float) -> None:
-        # Runs for every request: plain arithmetic, not round()/min()/max()/randrange() calls
-        us = int(seconds * 1e6 + 0.5)
-        if us > _MAX_US:
-            us = _MAX_US
-        elif us < 0:
-            us = 0
-        self.seen += 1
-        if len(self.kept) < SAMPLES:
-            self.kept.append(us)
-        else:  # keep each of the bucket's requests with the same chance
-            i = int(random.random() * self.seen)
-            if i < SAMPLES:
-                self.kept[i] = us
-
-
-class _Slot:
-    __slots__ = ("errors", "errors_5xx", "inflight", "stream", "ttft", "whole")
-
-    def __init__(self) -> None:
-        self.errors = 0
-        self.errors_5xx = 0
-        self.inflight = 0
-        self.whole = _Reservoir()
-        self.stream = _Reservoir()
-        self.ttft = _Reservoir()
-
-    def export(self) -> SlotData:
-        return {"errors": self.errors, "errors_5xx": self.errors_5xx, "inflight": self.inflight,
-                "whole_n": self.whole.seen, "whole": self.whole.kept.tolist(),
-                "stream_n": self.stream.seen, "stream": self.stream.kept.tolist(),
-                "ttft_n": self.ttft.seen, "ttft": self.ttft.kept.tolist()}
-
-
-def _bucket_of(now: float) -> int:
-    return int(now) // STEP_SECONDS * STEP_SECONDS
-
-
-class RecentTraffic:
-    """This worker's requests of the last :data:`HISTORY_SECONDS`, per route and bucket."""
-
-    __slots__ = ("_buckets", "_cache")
-
-    def __init__(self) -> None:
-        self._buckets: deque[tuple[int, dict[str, _Slot]]] = deque()
-        self._cache: PercentileCache = {}
-
-    def _slot(self, route: str) -> _Slot:
-        start = _bucket_of(time.time())
-        if not self._buckets or self._buckets[-1][0] != start:
-            self._buckets.append((start, {}))
-            while self._buckets[0][0] <= start - HISTORY_SECONDS:
-                self._buckets.popleft()
-        routes = self._buckets[-1][1]
-        slot = routes.get(route)
-        if slot is None:
-            slot = routes[route] = _Slot()
-        return slot
-
-    def add(self, route: str, seconds: float, status: int, *, stream: bool = False,
-            ttft: float | None = None) -> None:
-        """Count one answered request: its total duration, status, whether the client got a
-        stream, and its time to first token. That is kept for streams only: a whole answer's
-        first token comes with its last, and its duration is already charted."""
-        slot = self._slot(route)
-        slot.errors += status >= 400
-        slot.errors_5xx += status >= 500
-        if stream:
-            slot.stream.add(seconds)
-            if ttft is not None:
-                slot.ttft.add(ttft)
-        else:
-            slot.whole.add(seconds)
-
-    def note_inflight(self, route: str, inflight: int) -> None:
-        """Keep the highest in-flight count seen for ``route`` in the current bucket."""
-        if inflight > 0:
-            slot = self._slot(route)
-            slot.inflight = max(slot.inflight, inflight)
-
-    def merged(self, others: Iterable[WindowData] = (), now: float | None = None,
-               ) -> dict[str, RouteTraffic]:
-        """This window merged with other workers' (see :func:`merge`)."""
-        return merge([self.export(), *others], now, self._cache)
-
-    def export(self) -> WindowData:
-        oldest = _bucket_of(time.time()) - HISTORY_SECONDS
-        return {"pid": os.getpid(), "step": STEP_SECONDS, "buckets": [
-            {"t": start, "routes": {r: s.export() for r, s in routes.items()}}
-            for start, routes in self._buckets if start > oldest]}
-
-
 
 
 def percentiles(groups: Iterable[Group], qs: Sequence[float] = QUANTILES) -> list[float | None]:
@@ -252,7 +150,7 @@ def merge(windows: Iterable[WindowData], now: float | None = None,
     worker's pid and count: a page refreshed every 2 s sorts the current bucket only.
     """
     now = time.time() if now is None else now
-    current = _bucket_of(now)
+    current = bucket_of(now)
     times = list(range(current - (BUCKETS - 1) * STEP_SECONDS, current + 1, STEP_SECONDS))
     index = {t: i for i, t in enumerate(times)}
     cells: dict[str, list[_Merged]] = {}
