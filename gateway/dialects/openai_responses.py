@@ -1358,14 +1358,18 @@ class _Encoder:
         "_model",
         "_open",
         "_reasoning",
+        "_req",
         "_seq",
         "_spoke",
         "_started",
     )
 
     def __init__(self, req: ChatRequest) -> None:
-        self._echo = _echo(req)
-        self._id = _new_id("resp_")
+        # The request's echo and a response id of our own are made when a response is first
+        # written: an identity route's encoder takes the upstream's and seldom writes one.
+        self._req = req
+        self._echo: dict[str, Any] | None = None
+        self._id = ""
         self._created = now()
         self._model = req.model or "unknown"
         self._seq = 0
@@ -1389,8 +1393,13 @@ class _Encoder:
         return named(kind, orjson.dumps(data))
 
     def _response(self, status: str, **fields: Any) -> dict[str, Any]:
+        echo = self._echo
+        if echo is None:
+            echo = self._echo = _echo(self._req)
+        if not self._id:
+            self._id = _new_id("resp_")
         return {"id": self._id, "object": "response", "created_at": self._created,
-                "status": status, "error": None, "incomplete_details": None, **self._echo,
+                "status": status, "error": None, "incomplete_details": None, **echo,
                 "model": self._model, "output": [], "usage": None, **fields}
 
     # - events -

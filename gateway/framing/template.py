@@ -250,7 +250,7 @@ class FrameTemplate:
                     break
                 # (joined first: startswith at an offset is a generic call in the compiled
                 # build, ten times the cost of a join and one at the start)
-                spelled += between
+                spelled = spelled + between  # (``+=`` is a generic call in the compiled build)
                 if not piece.startswith(spelled):
                     return None
                 texts.append(piece[len(spelled):])
