@@ -13,11 +13,13 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 from prometheus_client import Counter, Histogram
 from prometheus_client.metrics_core import Metric
 
+from gateway.canonical import Usage
+
 if TYPE_CHECKING:
     from gateway.metrics import Metrics
 
 __all__ = ["Batched", "BatchedCounter", "BatchedHistogram", "Counts", "Family", "Observes",
-           "Pending", "RouteSeries", "as_is"]
+           "Pending", "RouteSeries", "RouteSeriesIndex", "as_is", "count_usage"]
 
 
 class Counts(Protocol):
@@ -188,3 +190,33 @@ class RouteSeries:
         if child is None:
             child = self._by_status[status] = self._requests.labels(*self.labels, str(status))
         return child
+
+
+class RouteSeriesIndex:
+    """The :class:`RouteSeries` of each (route, client dialect, upstream, upstream dialect),
+    made on its first request."""
+
+    __slots__ = ("_metrics", "_series")
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+        self._series: dict[tuple[str, str, str, str], RouteSeries] = {}
+
+    def get(self, route: str, client_dialect: str, upstream: str,
+            upstream_dialect: str) -> RouteSeries:
+        key = (route, client_dialect, upstream, upstream_dialect)
+        found = self._series.get(key)
+        if found is None:
+            found = self._series[key] = RouteSeries(self._metrics, key)
+        return found
+
+
+def count_usage(tokens: Family[Counts], upstream: str, usage: Usage | None) -> None:
+    """The tokens an upstream reported for one answer, by kind."""
+    if usage is None:
+        return
+    for kind, n in (("prompt", usage.input_tokens), ("completion", usage.output_tokens),
+                    ("cached", usage.cached_input_tokens),
+                    ("reasoning", usage.reasoning_tokens)):
+        if n:
+            tokens.labels(upstream, kind).inc(n)

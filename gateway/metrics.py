@@ -31,7 +31,9 @@ from gateway.metric_children import (
     Observes,
     Pending,
     RouteSeries,
+    RouteSeriesIndex,
     as_is,
+    count_usage,
 )
 
 __all__ = ["CONTENT_TYPE_LATEST", "LATENCY_BUCKETS", "Batched", "BatchedCounter",
@@ -52,7 +54,6 @@ def _multiprocess() -> bool:
 
 class Metrics:
     def __init__(self) -> None:
-        self._series: dict[tuple[str, str, str, str], RouteSeries] = {}
         r = self.registry = CollectorRegistry(auto_describe=True)
         self.pending = Pending()
         counts: Callable[[Counter], Counts] = as_is
@@ -121,14 +122,12 @@ class Metrics:
         # every Family above, in the order they were registered (the order generate_latest follows)
         self._exposition = Exposition(
             [f.metric for f in vars(self).values() if isinstance(f, Family)])
+        self.route_series = RouteSeriesIndex(self)
+        """The children a request of each route writes (:meth:`series`)."""
 
     def series(self, route: str, client_dialect: str, upstream: str,
                upstream_dialect: str) -> RouteSeries:
-        key = (route, client_dialect, upstream, upstream_dialect)
-        found = self._series.get(key)
-        if found is None:
-            found = self._series[key] = RouteSeries(self, key)
-        return found
+        return self.route_series.get(route, client_dialect, upstream, upstream_dialect)
 
     def render(self) -> bytes:
         if _multiprocess():
@@ -151,10 +150,4 @@ class Metrics:
         self.connections_closed.labels(reason).inc()
 
     def count_usage(self, upstream: str, usage: Usage | None) -> None:
-        if usage is None:
-            return
-        for kind, n in (("prompt", usage.input_tokens), ("completion", usage.output_tokens),
-                        ("cached", usage.cached_input_tokens),
-                        ("reasoning", usage.reasoning_tokens)):
-            if n:
-                self.tokens.labels(upstream, kind).inc(n)
+        count_usage(self.tokens, upstream, usage)

@@ -23,7 +23,7 @@ from gateway.exchange.answer import Answerer, ClientGone, error_response
 from gateway.exchange.attempts import AttemptContext, AttemptLog, run_attempts
 from gateway.exchange.client import Refused, read_chat_request, request_id_of
 from gateway.exchange.headers import upstream_headers
-from gateway.exchange.outcome import NONE, Outcome, record
+from gateway.exchange.outcome import NONE, Outcome, outcome_of, record
 from gateway.exchange.sink import AiohttpSink, DirectSink, ResponseSink
 from gateway.forwarding import client_address
 from gateway.incoming import ClientRequest
@@ -33,7 +33,7 @@ from gateway.traffic import RecentTraffic
 from gateway.upstream import Transport
 
 if TYPE_CHECKING:
-    from gateway.tracing import RequestTrace, Tracing
+    from gateway.tracing import Tracing
 
 __all__ = ["Env", "error_response", "serve", "sink_for", "unrouted"]
 
@@ -110,29 +110,9 @@ async def serve(request: ClientRequest, env: Env, runtime: Runtime,
         raise asyncio.CancelledError from None
     finally:
         inflight.dec()
-        record(_outcome(entry, request_id, started, answerer, attempts, stream, disconnected,
-                        request, runtime, model, trace),
+        record(outcome_of(entry, request_id, started, answerer, attempts, stream, disconnected,
+                          request, runtime, model, trace),
                env.metrics, env.log, env.recent)
-
-
-def _outcome(entry: RouteEntry, request_id: str, started: float, answerer: Answerer,
-             attempts: AttemptLog, stream: bool, disconnected: bool, request: ClientRequest,
-             runtime: Runtime, model: str | None, trace: RequestTrace | None) -> Outcome:
-    p = answerer.progress
-    return Outcome(
-        request_id=request_id, route=entry.config.path, client_dialect=entry.client.name,
-        status=499 if disconnected else p.status or 500,
-        duration=time.perf_counter() - started,
-        upstream=attempts.upstream, upstream_dialect=attempts.upstream_dialect, stream=stream,
-        ttft=None if p.first_content is None else p.first_content - started,
-        upstream_wait=attempts.upstream_wait, client_wait=p.client_wait, chunks=p.chunks,
-        attempts=tuple(attempts.attempts),
-        dropped=tuple(dict.fromkeys([*attempts.dropped, *p.dropped])), usage=p.usage,
-        error=p.error, disconnected=disconnected,
-        client=client_address(request, runtime.config.server.trusted_proxies),
-        user_agent=request.headers.get("User-Agent"), request_bytes=request.content.total_bytes,
-        response_bytes=p.sent_bytes, model=model, response_model=p.model,
-        finish_reason=p.finish_reason, trace=trace)
 
 
 def _headers_for(request: ClientRequest, runtime: Runtime, request_id: str) -> Any:

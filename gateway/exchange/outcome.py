@@ -10,16 +10,23 @@ route, and it is the only writer of request and attempt metrics.
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gateway.canonical import Usage
+from gateway.forwarding import client_address
+from gateway.metric_children import count_usage
 from gateway.metrics import Metrics
 from gateway.traffic import RecentTraffic
 
 if TYPE_CHECKING:
+    from gateway.exchange.answer import Answerer
+    from gateway.exchange.attempts import AttemptLog
+    from gateway.incoming import ClientRequest
+    from gateway.runtime import RouteEntry, Runtime
     from gateway.tracing import RequestTrace
 
-__all__ = ["NONE", "Attempt", "Outcome", "record"]
+__all__ = ["NONE", "Attempt", "Outcome", "outcome_of", "record"]
 
 NONE = "none"
 """The label of what a request never reached (an upstream, a route)."""
@@ -39,9 +46,11 @@ class Attempt(NamedTuple):
     """The upstream's HTTP status (attempts that got one)."""
 
 
-class Outcome(NamedTuple):
-    """Immutable (a named tuple: a frozen dataclass of this size costs about 2 µs to build,
-    once per request)."""
+class Outcome:
+    """Written once, when it is built, and only read after (by :func:`record`, the tracer and
+    the tests' spies). A plain class of the compiled build, built natively: a named tuple's
+    ``__new__`` is a Python function, and a dataclass's ``__init__``, frozen or interpreted,
+    costs as much again (about 40,000 instructions, once per request, for a frozen one)."""
 
     request_id: str
     route: str
@@ -51,42 +60,123 @@ class Outcome(NamedTuple):
     """What the client saw; 499 when it went away before its answer ended (even after a 200
     went out: the answer it got is not the whole one)."""
     duration: float
-    upstream: str = NONE
+    upstream: str
     """The upstream of the last attempt."""
-    upstream_dialect: str = NONE
-    stream: bool = False
-    ttft: float | None = None
+    upstream_dialect: str
+    stream: bool
+    ttft: float | None
     """Request received to the first answer content sent."""
-    upstream_wait: float = 0.0
-    client_wait: float = 0.0
-    chunks: int = 0
+    upstream_wait: float
+    client_wait: float
+    chunks: int
     """Stream frames sent to the client, also when it went away before the end (and counted in
     ``gateway_stream_chunks_total`` then too)."""
-    attempts: tuple[Attempt, ...] = ()
-    dropped: tuple[str, ...] = ()
-    usage: Usage | None = None
-    error: str | None = None
-    disconnected: bool = False
-    path: str | None = None
+    attempts: tuple[Attempt, ...]
+    dropped: tuple[str, ...]
+    usage: Usage | None
+    error: str | None
+    disconnected: bool
+    path: str | None
     """For a path no route serves: the path (without its query) and method, for the log."""
-    method: str | None = None
-    client: str | None = None
+    method: str | None
+    client: str | None
     """The client's address: the peer, or behind trusted proxies the first address of their
     ``X-Forwarded-For`` chain that is not one (:mod:`gateway.forwarding`)."""
-    user_agent: str | None = None
-    request_bytes: int = 0
+    user_agent: str | None
+    request_bytes: int
     """Request body bytes received."""
-    response_bytes: int = 0
+    response_bytes: int
     """Response body bytes sent: a whole answer's body, or every stream frame written."""
-    model: str | None = None
+    model: str | None
     """The model the client named."""
-    response_model: str | None = None
+    response_model: str | None
     """The model the answer says it came from."""
-    finish_reason: str | None = None
+    finish_reason: str | None
     """Canonical (``stop``, ``length``, ``tool_calls``, …), when the answer finished."""
-    trace: RequestTrace | None = None
+    trace: RequestTrace | None
     """The request's spans while tracing is on (:mod:`gateway.tracing`), ended by
     :func:`record`."""
+
+    def __init__(
+        self,
+        *,
+        request_id: str,
+        route: str,
+        client_dialect: str,
+        status: int,
+        duration: float,
+        upstream: str = NONE,
+        upstream_dialect: str = NONE,
+        stream: bool = False,
+        ttft: float | None = None,
+        upstream_wait: float = 0.0,
+        client_wait: float = 0.0,
+        chunks: int = 0,
+        attempts: tuple[Attempt, ...] = (),
+        dropped: tuple[str, ...] = (),
+        usage: Usage | None = None,
+        error: str | None = None,
+        disconnected: bool = False,
+        path: str | None = None,
+        method: str | None = None,
+        client: str | None = None,
+        user_agent: str | None = None,
+        request_bytes: int = 0,
+        response_bytes: int = 0,
+        model: str | None = None,
+        response_model: str | None = None,
+        finish_reason: str | None = None,
+        trace: RequestTrace | None = None,
+    ) -> None:
+        self.request_id = request_id
+        self.route = route
+        self.client_dialect = client_dialect
+        self.status = status
+        self.duration = duration
+        self.upstream = upstream
+        self.upstream_dialect = upstream_dialect
+        self.stream = stream
+        self.ttft = ttft
+        self.upstream_wait = upstream_wait
+        self.client_wait = client_wait
+        self.chunks = chunks
+        self.attempts = attempts
+        self.dropped = dropped
+        self.usage = usage
+        self.error = error
+        self.disconnected = disconnected
+        self.path = path
+        self.method = method
+        self.client = client
+        self.user_agent = user_agent
+        self.request_bytes = request_bytes
+        self.response_bytes = response_bytes
+        self.model = model
+        self.response_model = response_model
+        self.finish_reason = finish_reason
+        self.trace = trace
+
+
+def outcome_of(entry: RouteEntry, request_id: str, started: float, answerer: Answerer,
+               attempts: AttemptLog, stream: bool, disconnected: bool, request: ClientRequest,
+               runtime: Runtime, model: str | None, trace: RequestTrace | None) -> Outcome:
+    """The outcome of a request a route served (:func:`gateway.exchange.serve`), once it
+    ended."""
+    p = answerer.progress
+    return Outcome(
+        request_id=request_id, route=entry.config.path, client_dialect=entry.client.name,
+        status=499 if disconnected else p.status or 500,
+        duration=time.perf_counter() - started,
+        upstream=attempts.upstream, upstream_dialect=attempts.upstream_dialect, stream=stream,
+        ttft=None if p.first_content is None else p.first_content - started,
+        upstream_wait=attempts.upstream_wait, client_wait=p.client_wait, chunks=p.chunks,
+        attempts=tuple(attempts.attempts),
+        dropped=tuple(dict.fromkeys([*attempts.dropped, *p.dropped])), usage=p.usage,
+        error=p.error, disconnected=disconnected,
+        client=client_address(request, runtime.config.server.trusted_proxies),
+        user_agent=request.headers.get("User-Agent"), request_bytes=request.content.total_bytes,
+        response_bytes=p.sent_bytes, model=model, response_model=p.model,
+        finish_reason=p.finish_reason, trace=trace)
 
 
 def record(o: Outcome, metrics: Metrics, log: Any, recent: RecentTraffic | None) -> None:
@@ -94,7 +184,7 @@ def record(o: Outcome, metrics: Metrics, log: Any, recent: RecentTraffic | None)
     if o.trace is not None:
         o.trace.finish(o)
     m = metrics
-    series = m.series(o.route, o.client_dialect, o.upstream, o.upstream_dialect)
+    series = m.route_series.get(o.route, o.client_dialect, o.upstream, o.upstream_dialect)
     series.requests(o.status).inc()
     for a in o.attempts:
         m.attempts.labels(a.upstream, a.outcome).inc()
@@ -114,7 +204,7 @@ def record(o: Outcome, metrics: Metrics, log: Any, recent: RecentTraffic | None)
             m.client_disconnects.labels(o.route).inc()
         for f in o.dropped:
             m.dropped_fields.labels(o.route, f).inc()
-        m.count_usage(o.upstream, o.usage)
+        count_usage(m.tokens, o.upstream, o.usage)
         if recent is not None:
             recent.add(o.route, o.duration, o.status, stream=o.stream, ttft=o.ttft)
         if not info:  # the access line is built only to be written
