@@ -20,7 +20,6 @@ from prometheus_client import (
 )
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from gateway.canonical import Usage
 from gateway.exposition import Exposition
 from gateway.metric_children import (
     Batched,
@@ -33,7 +32,6 @@ from gateway.metric_children import (
     RouteSeries,
     RouteSeriesIndex,
     as_is,
-    count_usage,
 )
 
 __all__ = ["CONTENT_TYPE_LATEST", "LATENCY_BUCKETS", "Batched", "BatchedCounter",
@@ -123,11 +121,7 @@ class Metrics:
         self._exposition = Exposition(
             [f.metric for f in vars(self).values() if isinstance(f, Family)])
         self.route_series = RouteSeriesIndex(self)
-        """The children a request of each route writes (:meth:`series`)."""
-
-    def series(self, route: str, client_dialect: str, upstream: str,
-               upstream_dialect: str) -> RouteSeries:
-        return self.route_series.get(route, client_dialect, upstream, upstream_dialect)
+        """The children a request of each route writes, by route (:meth:`RouteSeriesIndex.get`)."""
 
     def render(self) -> bytes:
         if _multiprocess():
@@ -148,6 +142,3 @@ class Metrics:
     def edge_drops(self, reason: str) -> None:
         """Counts a connection :mod:`gateway.edge` closed."""
         self.connections_closed.labels(reason).inc()
-
-    def count_usage(self, upstream: str, usage: Usage | None) -> None:
-        count_usage(self.tokens, upstream, usage)

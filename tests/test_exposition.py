@@ -13,6 +13,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from gateway.exposition import STEP, Exposition
+from gateway.metric_children import count_usage
 from gateway.metrics import Metrics
 
 AWKWARD = ['/chat', 'quote"d', "back\\slash", "new\nline", "ünïcødé ✓", "", "a,b=c}{"]
@@ -24,7 +25,7 @@ OBSERVED = [0.0, 1e-9, 0.005, 0.0051, 0.3, 7.5, 59.0, 1e6, 12345678.9, math.inf]
 def _busy_metrics() -> Metrics:
     m = Metrics()
     for i, route in enumerate(AWKWARD):
-        series = m.series(route, "in", f"up{i % 3}", "out")
+        series = m.route_series.get(route, "in", f"up{i % 3}", "out")
         for status in (200, 400, 502):
             series.requests(status).inc(i + 1)
         for v in OBSERVED[i:]:
@@ -37,7 +38,7 @@ def _busy_metrics() -> Metrics:
     m.upstream_duration.labels("up0").observe(math.nan)  # in no bucket, yet in the sum
     m.upstream_healthy.labels("up1").set(-0.0)
     m.upstream_healthy.labels("up2").set(math.nan)
-    m.count_usage("up0", None)
+    count_usage(m.tokens, "up0", None)
     m.tokens.labels("up0", "prompt").inc(1e21)
     return m
 
@@ -64,7 +65,7 @@ def test_each_scrape_sees_the_counts_since_the_last() -> None:
     """The label text is kept; the numbers are read afresh on every scrape."""
     m = _busy_metrics()
     first = m.render()
-    series = m.series("/chat", "in", "up0", "out")
+    series = m.route_series.get("/chat", "in", "up0", "out")
     series.requests(200).inc()
     series.duration_whole.observe(0.02)
     m.inflight.labels("/chat").dec()
@@ -111,7 +112,7 @@ async def test_a_scrape_gives_the_loop_a_turn_every_few_series_and_the_same_byte
     exposition. The bytes are those of a scrape at once."""
     m = _busy_metrics()
     for i in range(4 * STEP):
-        series = m.series(f"/route{i}", "in", "up0", "out")
+        series = m.route_series.get(f"/route{i}", "in", "up0", "out")
         series.requests(200).inc(i)
         series.duration_stream.observe(i / 100)
     turns = 0

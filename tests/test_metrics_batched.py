@@ -68,7 +68,7 @@ def test_a_batched_counter_reads_as_prometheus_clients_own_and_refuses_to_go_dow
 def test_a_scrape_of_the_gateways_metrics_sees_every_request_counted() -> None:
     """Through the gateway's own registry and its text rendering, as ``/metrics`` serves it."""
     m = Metrics()
-    series = m.series("/chat", "a", "up", "b")
+    series = m.route_series.get("/chat", "a", "up", "b")
     for _ in range(3):
         series.requests(200).inc()
         series.duration_whole.observe(0.03)

@@ -248,9 +248,9 @@ class FrameTemplate:
                     if piece != spelled:
                         return None
                     break
-                # (joined first: startswith at an offset is a generic call in the compiled
-                # build, ten times the cost of a join and one at the start)
-                spelled = spelled + between  # (``+=`` is a generic call in the compiled build)
+                # (joined, then one startswith at the start: at an offset, or with ``+=``, each
+                # is a generic call in the compiled build)
+                spelled = spelled + between
                 if not piece.startswith(spelled):
                     return None
                 texts.append(piece[len(spelled):])
