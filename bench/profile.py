@@ -94,7 +94,7 @@ _COMPILED_PATH = {
     "pipeline": "gateway/pipeline.py", "canonical": "gateway/canonical.py",
     "carry": "gateway/carry.py", "framing": "gateway/framing/__init__.py",
     "jsonlines": "gateway/framing/jsonlines.py", "sse": "gateway/framing/sse.py",
-    "template": "gateway/framing/template.py",
+    "template": "gateway/framing/template.py", "named_event": "gateway/framing/named_event.py",
     # the per-request path, compiled since git 66e7724: without these its frames went down as
     # a dialect's, i.e. translation (run 11's explanation, docs/performance.md)
     "lane": "gateway/lane.py", "sink": "gateway/exchange/sink.py",

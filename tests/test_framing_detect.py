@@ -12,7 +12,14 @@ import pytest
 
 import gateway.dialects
 from gateway.errors import FramingError
-from gateway.framing import Framing, RawData, SniffingReader, detect_framing, encoder_for
+from gateway.framing import (
+    Framing,
+    Named,
+    RawData,
+    SniffingReader,
+    detect_framing,
+    encoder_for,
+)
 from gateway.framing.jsonlines import encode_line
 from gateway.framing.sse import encode_event
 
@@ -145,6 +152,15 @@ def test_encoder_for_round_trips_through_the_sniffer(framing: Framing) -> None:
     body = b"".join(encode(orjson.dumps(p)) for p in payloads)
     assert sniff([body]) == (framing, payloads)
     assert sniff(bytewise(body)) == (framing, payloads)
+
+
+def test_a_named_event_is_framed_with_its_name_and_reads_back_as_it_was() -> None:
+    event = Named("response.output_text.delta", b'{"delta":"h\\u00e9"}')
+    framed = encode_event(event)
+    assert framed == b'event: response.output_text.delta\ndata: {"delta":"h\\u00e9"}\n\n'
+    reader = SniffingReader(named=True)
+    assert reader.feed(framed) + reader.finish() == [Named(event.event, {"delta": "hé"})]
+    assert encode_line(event) == b'{"delta":"h\\u00e9"}\n'  # no place for a name in a line
 
 
 # --- golden captures --------------------------------------------------------------------------

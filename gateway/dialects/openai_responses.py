@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, assert_never
+from typing import Any, Final, assert_never
 
 import orjson
 
@@ -103,9 +103,10 @@ _ERROR_TYPES = {
     429: "rate_limit_error",
 }
 # A text delta's JSON, put together around its sequence number, item and text (_Encoder._text)
-_TEXT_DELTA = "response.output_text.delta"
-_TEXT_DELTA_HEAD = b'{"type":"response.output_text.delta","sequence_number":'
-_TEXT_DELTA_TAIL = b',"logprobs":[]}'
+# (Final: constants the compiled build writes in place, not module attributes looked up.)
+_TEXT_DELTA: Final = "response.output_text.delta"
+_TEXT_DELTA_HEAD: Final = b'{"type":"response.output_text.delta","sequence_number":'
+_TEXT_DELTA_TAIL: Final = b',"logprobs":[]}'
 # status / incomplete_details.reason <-> the canonical finish reason (docs/translation.md)
 _FINISH_BY_STATUS = {"completed": "stop", "failed": "error", "cancelled": "error"}
 _FINISH_BY_INCOMPLETE = {"max_output_tokens": "length", "content_filter": "content_filter"}
@@ -1388,9 +1389,16 @@ class _Encoder:
     # - framing -
 
     def _event(self, kind: str, body: dict[str, Any]) -> Payload:
-        data = {"type": kind, "sequence_number": self._seq, **body}
-        self._seq += 1
-        return named(kind, orjson.dumps(data))
+        return self._event_of(kind, orjson.dumps(body))
+
+    def _event_of(self, kind: str, body: bytes) -> Payload:
+        """The event ``kind`` numbered next, its fields those of the JSON object ``body`` (not
+        empty): the bytes ``orjson.dumps({"type": kind, "sequence_number": n, **fields})``
+        writes, without building that dict (the response shells are large)."""
+        seq = self._seq
+        self._seq = seq + 1
+        return named(kind, b"".join((b'{"type":"', kind.encode(), b'","sequence_number":',
+                                     str(seq).encode(), b",", body[1:])))
 
     def _response(self, status: str, **fields: Any) -> dict[str, Any]:
         echo = self._echo
@@ -1452,9 +1460,9 @@ class _Encoder:
                 self._created = start.created
             if start.model and self._model == "unknown":
                 self._model = start.model
-        shell = self._response("in_progress")
-        return [self._event("response.created", {"response": shell}),
-                self._event("response.in_progress", {"response": shell})]
+        shell = b'{"response":' + orjson.dumps(self._response("in_progress")) + b"}"
+        return [self._event_of("response.created", shell),
+                self._event_of("response.in_progress", shell)]
 
     def _cite(self, context: JSON) -> None:
         if citations_of(context):

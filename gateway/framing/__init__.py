@@ -14,6 +14,7 @@ import orjson
 
 from gateway.errors import FramingError
 from gateway.framing.jsonlines import DEFAULT_MAX_LINE, JsonLinesReader, encode_line
+from gateway.framing.named_event import Named
 from gateway.framing.search import holds
 from gateway.framing.sse import SSEEvent, SSEReader, encode_event
 from gateway.framing.template import Slot, TemplateReader, TextPath, TextRun
@@ -40,25 +41,15 @@ Framing = Literal["jsonlines", "sse"]
 
 class RawData(NamedTuple):
     """An SSE event whose data is not JSON (e.g. OpenAI's ``[DONE]``); the dialect decides.
-    (A named tuple, like :class:`Named`: immutable, and copied alike whether this module runs
+    (A named tuple: immutable, and copied alike whether this module runs
     interpreted or compiled.)"""
 
     text: str
 
 
-class Named(NamedTuple):
-    """An SSE event that carries its ``event:`` name. Written: ``data`` is the compact JSON
-    bytes. Read (only from a reader asked for names): ``data`` is the parsed payload."""
-
-    event: str
-    data: Any
-
-
 def named(event: str, data: Any) -> Named:
-    """``Named(event, data)``, built as the tuple it is: a named tuple's own ``__new__`` is a
-    Python function (``namedtuple`` builds it from source), half the cost of an event that is
-    named on every frame of a stream."""
-    return tuple.__new__(Named, (event, data))
+    """``Named(event, data)`` (kept: the callers on the hot paths were written against it)."""
+    return Named(event, data)
 
 
 def slot_payload(slot: Slot) -> Any:

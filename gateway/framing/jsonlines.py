@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from gateway.errors import FramingError
+from gateway.framing.named_event import Named
 from gateway.framing.search import holds
 from gateway.framing.template import Slot, TemplateReader
 
@@ -23,12 +24,13 @@ DEFAULT_MAX_LINE = 8 * 1024 * 1024
 _WS = b" \t\r\n"
 
 
-def encode_line(payload: bytes | tuple[str, bytes]) -> bytes:
+def encode_line(payload: bytes | Named) -> bytes:
     """Frame one compact JSON payload (which never holds a raw newline) as a line (an SSE event
     name, if any, has no place in JSON lines)."""
-    if isinstance(payload, bytes):
-        return payload + b"\n"
-    return payload[1] + b"\n"
+    if isinstance(payload, Named):
+        data: bytes = payload.data
+        return data + b"\n"
+    return payload + b"\n"
 
 
 class _Scanner:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.errors import FramingError
+from gateway.framing.named_event import Named
 from gateway.framing.search import holds
 
 __all__ = ["DEFAULT_MAX_EVENT", "SSEEvent", "SSEReader", "encode_comment", "encode_event"]
@@ -31,13 +32,14 @@ class SSEEvent:
     retry: int | None = None
 
 
-def encode_event(payload: bytes | tuple[str, bytes]) -> bytes:
+def encode_event(payload: bytes | Named) -> bytes:
     """Frame one compact JSON payload (no raw newline in it) as an event; flushed on its own. A
-    ``(name, payload)`` pair (:class:`gateway.framing.Named`) gets an ``event:`` line first."""
-    if isinstance(payload, bytes):
-        return b"data: " + payload + b"\n\n"
-    name, data = payload
-    return b"event: " + name.encode() + b"\ndata: " + data + b"\n\n"
+    :class:`Named` one gets an ``event:`` line first (in one join: nearly every event of some
+    streams is named)."""
+    if isinstance(payload, Named):
+        return b"".join((b"event: ", payload.event.encode(), b"\ndata: ", payload.data,
+                         b"\n\n"))
+    return b"data: " + payload + b"\n\n"
 
 
 def encode_comment(text: bytes = b"") -> bytes:

@@ -324,7 +324,19 @@ def read_back(events: list[StreamEvent], req: ChatRequest | None = None) -> Any:
     data = encode(events, req)
     for ev in wire_events(data):
         EVENTS.validate_python(ev)
+    assert_written_as_orjson_writes_them(data)
     return strict.read_stream(data), wire_events(data)
+
+
+def assert_written_as_orjson_writes_them(data: bytes) -> None:
+    """The encoder puts some events' JSON together from parts (a text delta, the response
+    shell written once for two events): each must be what ``orjson.dumps`` writes for the
+    event, ``type`` first and ``sequence_number`` second, numbered 0, 1, 2, ..."""
+    for n, block in enumerate(b for b in data.split(b"\n\n") if b):
+        body = block.split(b"\n")[1].removeprefix(b"data: ")
+        ev = orjson.loads(body)
+        assert body == orjson.dumps(ev), body
+        assert list(ev)[:2] == ["type", "sequence_number"] and ev["sequence_number"] == n
 
 
 def test_encode_text_with_usage_and_citations() -> None:
