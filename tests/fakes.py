@@ -36,6 +36,7 @@ from functools import cache
 from typing import Any, Protocol
 
 import aiohttp
+import faults.upstream
 import orjson
 from aiohttp import web
 from aiohttp.test_utils import TestClient
@@ -676,8 +677,8 @@ def free_port() -> int:
 
 
 def closed_port() -> int:
-    """A port on which nothing listens (connections are refused)."""
-    return free_port()
+    """A port on which nothing listens (connections are refused), held for the tests' run."""
+    return faults.upstream.closed_port()
 
 
 def upstream_config(fake: FakeUpstream | str, url: str | None = None,

@@ -16,6 +16,7 @@ catalogue.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import socket
 import struct
@@ -173,12 +174,27 @@ def whole_body(dialect: Dialect, text: str = TEXT) -> bytes:
     return orjson.dumps(dialect.render_response(resp, _REQ))
 
 
+_HELD: list[socket.socket] = []
+"""The sockets that keep :func:`closed_port`'s ports (closed when the tests end)."""
+
+
 def closed_port() -> int:
-    """A loopback port nobody listens on (bound, then closed)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
+    """A loopback port nobody listens on: bound, never listening, and kept bound until the
+    tests end. A port bound and closed again was seen handed, moments later, to the test's own
+    server (bound to port 0): the request meant for nobody then reached the gateway itself."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    if not _HELD:
+        atexit.register(_release)
+    _HELD.append(s)
+    port: int = s.getsockname()[1]
     return port
+
+
+def _release() -> None:
+    for s in _HELD:
+        s.close()
+    _HELD.clear()
 
 
 @dataclass(slots=True)
