@@ -213,23 +213,27 @@ class DirectSink:
         self._transport()  # a client already gone shows here
         self._head_due = self._head(200, headers, None)
 
+    # The parts of one write are joined once: a stream's frames can be kilobytes, and each
+    # ``+`` or ``%`` of them would copy them again.
+
     async def write(self, data: bytes) -> None:
         transport = self._transport()
-        out = b"%x\r\n%b\r\n" % (len(data), data) if self._chunked else data
-        if self._head_due:
-            out, self._head_due = self._head_due + out, b""
-        transport.write(out)
+        head, self._head_due = self._head_due, b""
+        if self._chunked:
+            transport.write(b"".join((head, b"%x\r\n" % len(data), data, b"\r\n")))
+        else:
+            transport.write(head + data if head else data)
         if self._protocol._paused:
             await self._protocol._drain_helper()
 
     async def finish(self, last: bytes = b"") -> None:
         # the last frames and the last chunk in one write (one system call less a stream)
-        out = self._head_due
-        self._head_due = b""
-        if last:
-            out += b"%x\r\n%b\r\n" % (len(last), last) if self._chunked else last
+        head, self._head_due = self._head_due, b""
         if self._chunked:
-            out += _END
+            out = b"".join((head, b"%x\r\n" % len(last), last, b"\r\n", _END)) if last \
+                else head + _END
+        else:
+            out = head + last
         if out:
             self._transport().write(out)
         if self._protocol._paused:
