@@ -171,12 +171,20 @@ def descendants(pid: int) -> list[int]:
 
 def cpu_seconds(pids: Sequence[int]) -> float:
     """utime + stime of ``pids`` (fields 14 and 15 of /proc/<pid>/stat), in seconds."""
-    total = 0
+    user, system = cpu_split(pids)
+    return user + system
+
+
+def cpu_split(pids: Sequence[int]) -> tuple[float, float]:
+    """(utime, stime) of ``pids`` in seconds: the process's own code, and the kernel's work
+    for it (system calls: the socket reads and writes, epoll)."""
+    user = system = 0
     for pid in pids:
         with contextlib.suppress(OSError):
             f = _stat_fields(pid)
-            total += int(f[11]) + int(f[12])
-    return total / CLK_TCK
+            user += int(f[11])
+            system += int(f[12])
+    return user / CLK_TCK, system / CLK_TCK
 
 
 def core_times(cpu: int) -> tuple[float, float]:

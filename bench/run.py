@@ -323,13 +323,13 @@ async def measure(spec: Spec, a: argparse.Namespace, ports: Ports, server: procs
     async def on_start() -> None:
         if is_gw:
             marks["hist0"] = await scrape(metrics, ports.gw)
-        marks["cpu0"] = procs.cpu_seconds(pids)
+        marks["cpu0"] = procs.cpu_split(pids)
         marks["gen0"] = procs.cpu_seconds(generator_pids)
         marks["cores0"] = [procs.core_times(c) for c in cores]
         marks["t0"] = time.perf_counter()
 
     async def on_end() -> None:
-        marks["cpu1"] = procs.cpu_seconds(pids)
+        marks["cpu1"] = procs.cpu_split(pids)
         marks["gen1"] = procs.cpu_seconds(generator_pids)
         marks["cores1"] = [procs.core_times(c) for c in cores]
         marks["t1"] = time.perf_counter()
@@ -354,12 +354,17 @@ async def measure(spec: Spec, a: argparse.Namespace, ports: Ports, server: procs
         out[f"core{i}_busy_pct"] = 100 * (b1 - b0) / wall
         out[f"core{i}_steal_pct"] = 100 * (s1 - s0) / wall
     if server:
-        cpu = marks["cpu1"] - marks["cpu0"]
+        (user0, sys0), (user1, sys1) = marks["cpu0"], marks["cpu1"]
+        cpu = (user1 - user0) + (sys1 - sys0)
         out["server_cpu_pct"] = 100 * cpu / wall
         if "core0_busy_pct" in out and not spec.kind.startswith("gateway-w"):
             out["others_on_server_core_pct"] = max(
                 0.0, out["core0_busy_pct"] - out["server_cpu_pct"])
         out["cpu_ms_per_req"] = 1e3 * cpu / result.requests if result.requests else None
+        # The kernel's share: a proxy's socket reads and writes are system time, its parsing
+        # and framing user time. It tells whether a ratio moves with the bytes or the code.
+        out["sys_cpu_ms_per_req"] = (
+            1e3 * (sys1 - sys0) / result.requests if result.requests else None)
         out["rss_peak_mib"] = sampler.peak_one if sampler else None
         out["rss_peak_sum_mib"] = sampler.peak_sum if sampler else None
     h0, h1 = marks.get("hist0"), marks.get("hist1")
