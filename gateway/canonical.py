@@ -351,6 +351,18 @@ class Usage:
     reasoning_tokens: int | None = None
     """Output spent on reasoning (part of ``output_tokens``)."""
 
+    # An explicit __init__: the one @dataclass writes stays interpreted in the compiled build
+    # (mypyc compiles only what the class itself defines), and this class is built on every
+    # request. @dataclass still writes the comparison and the repr.
+    def __init__(self, input_tokens: int | None = None, output_tokens: int | None = None,
+                 cached_input_tokens: int | None = None, cache_write_tokens: int | None = None,
+                 reasoning_tokens: int | None = None) -> None:
+        self.input_tokens = input_tokens
+        self.output_tokens = output_tokens
+        self.cached_input_tokens = cached_input_tokens
+        self.cache_write_tokens = cache_write_tokens
+        self.reasoning_tokens = reasoning_tokens
+
     @property
     def total_tokens(self) -> int | None:
         if self.input_tokens is None and self.output_tokens is None:
@@ -486,6 +498,18 @@ class StreamStart:
     usage: Usage | None = None
     """What is counted before the answer (Anthropic's ``message_start`` input usage)."""
 
+    # An explicit __init__, as Usage's: built once a stream.
+    def __init__(self, role: str = "assistant", context: JSON = None, session_state: JSON = None,
+                 id: str | None = None, created: int | None = None, model: str | None = None,
+                 usage: Usage | None = None) -> None:
+        self.role = role
+        self.context = context
+        self.session_state = session_state
+        self.id = id
+        self.created = created
+        self.model = model
+        self.usage = usage
+
 
 @dataclass(slots=True)
 class TextDelta:
@@ -560,6 +584,11 @@ class StreamFinish:
 
     reason: str | None = "stop"
     usage: Usage | None = None
+
+    # An explicit __init__, as Usage's: built once a stream.
+    def __init__(self, reason: str | None = "stop", usage: Usage | None = None) -> None:
+        self.reason = reason
+        self.usage = usage
 
 
 @dataclass(slots=True)

@@ -18,7 +18,6 @@ without that.
 from __future__ import annotations
 
 from dataclasses import replace
-from functools import cache
 from typing import Literal
 
 from gateway.canonical import (
@@ -197,11 +196,24 @@ def strip_response(resp: ChatResponse, fields: list[str]) -> ChatResponse:
 # --- streams -------------------------------------------------------------------------------------
 
 
-@cache  # once per pair of capabilities (frozen): it runs at the start of every stream
+_GATES: dict[tuple[int, int], tuple[Capabilities, Capabilities, bool]] = {}
+""":func:`_gate_needed` by the ids of the two capabilities, which the entry keeps alive (so
+that an id is not reused while it is a key). Not ``functools.cache``: it hashes the frozen
+dataclasses, field by field, with the __hash__ @dataclass writes (interpreted, even in the
+compiled build), at the start of every stream."""
+
+
 def _gate_needed(up: Capabilities, cl: Capabilities) -> bool:
-    return any(getattr(up, f) and not getattr(cl, f) for f in (
+    known = _GATES.get((id(up), id(cl)))
+    if known is not None and known[0] is up and known[1] is cl:
+        return known[2]
+    needed = any(getattr(up, f) and not getattr(cl, f) for f in (
         "tools", "reasoning", "citations", "followups", "thoughts", "usage_stream")) or \
         up.session_state != cl.session_state
+    if len(_GATES) >= 256:  # a few dialects in a gateway; built ones (tests) come and go
+        _GATES.clear()
+    _GATES[(id(up), id(cl))] = (up, cl, needed)
+    return needed
 
 
 class EventGate:

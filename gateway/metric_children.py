@@ -10,7 +10,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.metrics_core import Metric
 
 from gateway.canonical import Usage
@@ -18,8 +18,9 @@ from gateway.canonical import Usage
 if TYPE_CHECKING:
     from gateway.metrics import Metrics
 
-__all__ = ["Batched", "BatchedCounter", "BatchedHistogram", "Counts", "Family", "Observes",
-           "Pending", "RouteSeries", "RouteSeriesIndex", "as_is", "count_usage"]
+__all__ = ["Batched", "BatchedCounter", "BatchedGauge", "BatchedHistogram", "Counts", "Family",
+           "Moves", "Observes", "Pending", "RouteSeries", "RouteSeriesIndex", "as_is",
+           "count_usage"]
 
 
 class Counts(Protocol):
@@ -28,6 +29,12 @@ class Counts(Protocol):
 
 class Observes(Protocol):
     def observe(self, amount: float) -> None: ...
+
+
+class Moves(Protocol):
+    def inc(self, amount: float = 1) -> None: ...
+
+    def dec(self, amount: float = 1) -> None: ...
 
 
 _C = TypeVar("_C")
@@ -102,6 +109,35 @@ class BatchedCounter(Batched):
         if not self._queued:
             self._queue()
         self._n += amount
+
+    def flush(self) -> None:
+        self._queued = False
+        n, self._n = self._n, 0.0
+        if n:
+            self._child.inc(n)
+
+
+class BatchedGauge(Batched):
+    """A gauge that requests move up and down (the requests in flight): the moves are summed
+    and applied at the scrape, as a counter's. A prometheus-client gauge's ``inc`` and ``dec``
+    each take its lock, interpreted: about 1% of a stream's CPU."""
+
+    __slots__ = ("_child", "_n")
+
+    def __init__(self, child: Gauge, pending: Pending) -> None:
+        super().__init__(pending)
+        self._child = child
+        self._n = 0.0
+
+    def inc(self, amount: float = 1) -> None:
+        if not self._queued:
+            self._queue()
+        self._n += amount
+
+    def dec(self, amount: float = 1) -> None:
+        if not self._queued:
+            self._queue()
+        self._n -= amount
 
     def flush(self) -> None:
         self._queued = False

@@ -24,9 +24,11 @@ from gateway.exposition import Exposition
 from gateway.metric_children import (
     Batched,
     BatchedCounter,
+    BatchedGauge,
     BatchedHistogram,
     Counts,
     Family,
+    Moves,
     Observes,
     Pending,
     RouteSeries,
@@ -56,11 +58,13 @@ class Metrics:
         self.pending = Pending()
         counts: Callable[[Counter], Counts] = as_is
         observes: Callable[[Histogram], Observes] = as_is
+        moves: Callable[[Gauge], Moves] = as_is
         if not _multiprocess():
             r.register(self.pending)
             pending = self.pending
             counts = lambda child: BatchedCounter(child, pending)  # noqa: E731
             observes = lambda child: BatchedHistogram(child, pending)  # noqa: E731
+            moves = lambda child: BatchedGauge(child, pending)  # noqa: E731
         self.requests = Family(Counter(
             "gateway_requests_total", "Requests answered, by final HTTP status.",
             [*_ROUTE, "status"], registry=r), counts)
@@ -83,7 +87,7 @@ class Metrics:
             ["route", "upstream"], registry=r), counts)
         self.inflight = Family(Gauge(
             "gateway_inflight_requests", "Requests being served.", ["route"],
-            multiprocess_mode="livesum", registry=r), as_is)
+            multiprocess_mode="livesum", registry=r), moves)
         self.upstream_errors = Family(Counter(
             "gateway_upstream_errors_total",
             "Upstream failures by kind: connect, timeout, status, malformed.",

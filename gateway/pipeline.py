@@ -278,6 +278,13 @@ def optional(obj: Any, name: str) -> Any:
     return getattr(obj, name, None) if has else None
 
 
+def _text_alone(event: StreamEvent, text: str) -> bool:
+    """``event == TextDelta(text)``, without building one and calling the __eq__ @dataclass
+    writes (interpreted, even in the compiled build)."""
+    return (type(event) is TextDelta and event.text == text and event.agent is None
+            and event.message_id is None)
+
+
 class StreamDecoding:
     """Upstream stream bytes to canonical events: the framing reader, then the upstream dialect's
     decoder. Never raises for bad bytes: a framing or dialect error becomes a
@@ -361,7 +368,7 @@ class StreamDecoding:
             # template that follows it (the dialect's promise, with ``text_path``), until another
             # payload comes between and may change what it expects. If it did not, the template
             # is not one of text frames: every frame is parsed from now on.
-            self._text_alone = len(events) == 1 and events[0] == TextDelta(payload.text)
+            self._text_alone = len(events) == 1 and _text_alone(events[0], payload.text)
             if not self._text_alone:
                 self._reader.drop_template()
             return events

@@ -102,6 +102,7 @@ def shared_dir() -> Path | None:
 
 def inflight_by_route(metrics: Metrics) -> dict[str, int]:
     """This process's ``gateway_inflight_requests``, per route."""
+    metrics.pending.flush()  # the moves of the requests since the last scrape (BatchedGauge)
     return {s.labels["route"]: int(s.value)
             for family in metrics.inflight.metric.collect() for s in family.samples}
 

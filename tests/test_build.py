@@ -12,6 +12,7 @@ import pkgutil
 import tomllib
 from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
+from types import FunctionType
 
 import pytest
 
@@ -56,3 +57,28 @@ def test_the_run_imports_the_gateway_beside_its_tests() -> None:
     # make unit-compiled copies the tests next to the compiled package: a run that picked up
     # the source tree's gateway instead would pass the checks above for the wrong reason.
     assert Path(gateway.__file__).resolve().parent.parent == ROOT
+
+
+# Classes the compiled build makes on every request or stream. @dataclass writes its __init__ as
+# a Python function, which mypyc leaves interpreted (and a named tuple's __new__ too): each of
+# these defines its own, so that the compiled build runs it natively.
+PER_REQUEST = [
+    ("gateway.canonical", "Usage"),
+    ("gateway.canonical", "StreamStart"),
+    ("gateway.canonical", "StreamFinish"),
+    ("gateway.exchange.answer", "Progress"),
+    ("gateway.exchange.attempts", "Answered"),
+    ("gateway.exchange.attempts", "AttemptContext"),
+    ("gateway.exchange.attempts", "AttemptLog"),
+    ("gateway.exchange.outcome", "Attempt"),
+    ("gateway.exchange.outcome", "Outcome"),
+    ("gateway.dialects.openai_responses", "_Item"),
+]
+
+
+@pytest.mark.parametrize(("module", "name"), PER_REQUEST)
+def test_a_per_request_class_is_built_by_compiled_code(module: str, name: str) -> None:
+    cls = getattr(importlib.import_module(module), name)
+    assert isinstance(cls.__init__, FunctionType) is not COMPILED, (name, cls.__init__)
+    if isinstance(cls.__init__, FunctionType):  # the source run: the class's own, not one
+        assert cls.__init__.__code__.co_filename.endswith(".py")  # generated (in "<string>")

@@ -7,9 +7,17 @@ from __future__ import annotations
 import math
 
 import pytest
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from gateway.metrics import LATENCY_BUCKETS, BatchedCounter, BatchedHistogram, Metrics, Pending
+from gateway.metrics import (
+    LATENCY_BUCKETS,
+    BatchedCounter,
+    BatchedGauge,
+    BatchedHistogram,
+    Metrics,
+    Pending,
+)
+from gateway.worker_status import inflight_by_route
 
 VALUES = [0.0, 0.004, 0.005, 0.0051, 0.02, 0.1, 0.75, 5.0, 9.99, 60.0, 121.0, math.inf, 1e-9]
 """Below the first bound, on bounds (a bound holds the values equal to it), between them, past
@@ -63,6 +71,33 @@ def test_a_batched_counter_reads_as_prometheus_clients_own_and_refuses_to_go_dow
     assert registry.get_sample_value("c_total", {"r": "a"}) == 4.5
     with pytest.raises(ValueError):
         counter.inc(-1)
+
+
+def test_a_batched_gauge_reads_as_prometheus_clients_own_up_and_down() -> None:
+    batched_registry, own_registry = CollectorRegistry(), CollectorRegistry()
+    pending = Pending()
+    batched_registry.register(pending)
+    batched = BatchedGauge(Gauge("g", "g", ["r"], registry=batched_registry).labels("a"), pending)
+    own = Gauge("g", "g", ["r"], registry=own_registry).labels("a")
+    for moves in ([1, 1, -1], [-1], [3, -0.5], [-2.5]):  # up, back to 0, up again, 0
+        for n in moves:
+            (batched.inc if n > 0 else batched.dec)(abs(n))
+            (own.inc if n > 0 else own.dec)(abs(n))
+        assert _samples(batched_registry, "g") == _samples(own_registry, "g")
+    assert batched_registry.get_sample_value("g", {"r": "a"}) == 0
+    assert pending.dirty == []
+
+
+def test_the_requests_in_flight_read_between_scrapes() -> None:
+    """The status page reads the gauge without a scrape: the moves since the last are in."""
+    m = Metrics()
+    m.inflight.labels("/chat").inc()
+    m.inflight.labels("/chat").inc()
+    m.inflight.labels("/other").inc()
+    assert inflight_by_route(m) == {"/chat": 2, "/other": 1}
+    m.inflight.labels("/chat").dec()
+    m.inflight.labels("/other").dec()
+    assert inflight_by_route(m) == {"/chat": 1, "/other": 0}
 
 
 def test_a_scrape_of_the_gateways_metrics_sees_every_request_counted() -> None:

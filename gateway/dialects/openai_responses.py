@@ -1308,6 +1308,20 @@ class _Item:
     delta_at: bytes = b""
     """What a text delta of this item writes between its sequence number and its text."""
 
+    # An explicit __init__: the one @dataclass writes stays interpreted in the compiled build
+    # (mypyc compiles only what the class itself defines), and each item of a stream builds one.
+    def __init__(self, index: int, id: str, kind: str, call: ToolCall | None = None) -> None:
+        self.index = index
+        self.id = id
+        self.kind = kind
+        self.chunks = []
+        self.call = call
+        self.redacted = None
+        self.part_open = False
+        self.seen = set()
+        self.final = None
+        self.delta_at = b""
+
     def text_delta_at(self) -> bytes:
         if not self.delta_at:
             self.delta_at = (b',"item_id":' + orjson.dumps(self.id) + b',"output_index":'

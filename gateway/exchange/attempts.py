@@ -10,7 +10,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -35,11 +35,17 @@ class ClientGone(Exception):
     """The client's connection broke while the gateway wrote to it."""
 
 
-class Answered(NamedTuple):
-    """The client has its answer (sent through the exchange's sink)."""
+class Answered:
+    """The client has its answer (sent through the exchange's sink). A plain class, as every
+    class below built once a request: the compiled build builds it natively, where a named
+    tuple's ``__new__`` and a dataclass's ``__init__`` stay Python functions."""
 
-    outcome: str
-    """The attempt's outcome: ok, or the fault found while answering (malformed, connect, …)."""
+    __slots__ = ("outcome",)
+
+    def __init__(self, outcome: str) -> None:
+        self.outcome = outcome
+        """The attempt's outcome: ok, or the fault found while answering (malformed, connect,
+        …)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +69,13 @@ class AttemptLog:
     upstream_wait: float = 0.0
     dropped: list[str] = field(default_factory=list)
 
+    def __init__(self) -> None:  # compiled (see Answered)
+        self.attempts = []
+        self.upstream = NONE
+        self.upstream_dialect = NONE
+        self.upstream_wait = 0.0
+        self.dropped = []
+
 
 UpstreamAnswer = Callable[[ChatRequest, UpstreamCall, Dialect, bool], Awaitable[Answered]]
 """Answers the client from an upstream response: ``(request, call, dialect, upstream
@@ -70,20 +83,28 @@ streams)``; raises :class:`UpstreamError` when the upstream fails before the cli
 Headers = Callable[[UpstreamState, Dialect, bool], dict[str, str]]
 
 
-class AttemptContext(NamedTuple):
-    """What every attempt of one request shares (a tuple: built once per request, cheaply)."""
+class AttemptContext:
+    """What every attempt of one request shares (a plain class: see :class:`Answered`)."""
 
-    route: RouteConfig
-    states: dict[str, UpstreamState]
-    health: HealthConfig
-    transport: Transport
-    balancer: Balancer
-    headers: Headers
-    answer: UpstreamAnswer
-    log: Any
-    request_id: str
-    trace: RequestTrace | None
-    """The request's spans (tracing on): one client span per attempt that calls an upstream."""
+    __slots__ = ("answer", "balancer", "headers", "health", "log", "request_id", "route",
+                 "states", "trace", "transport")
+
+    def __init__(self, route: RouteConfig, states: dict[str, UpstreamState],
+                 health: HealthConfig, transport: Transport, balancer: Balancer,
+                 headers: Headers, answer: UpstreamAnswer, log: Any, request_id: str,
+                 trace: RequestTrace | None) -> None:
+        self.route = route
+        self.states = states
+        self.health = health
+        self.transport = transport
+        self.balancer = balancer
+        self.headers = headers
+        self.answer = answer
+        self.log = log
+        self.request_id = request_id
+        self.trace = trace
+        """The request's spans (tracing on): one client span per attempt that calls an
+        upstream."""
 
 
 async def run_attempts(ctx: AttemptContext, req: ChatRequest, started: float,
@@ -94,7 +115,7 @@ async def run_attempts(ctx: AttemptContext, req: ChatRequest, started: float,
     order = ctx.balancer.order(route, ctx.states)
     allowed = route.retries.attempts or len(order)
     deadline = started + route.retries.total_timeout
-    last = ChatError(502, "no upstream could be reached", code="BAD_GATEWAY")
+    last: ChatError | None = None  # built only when no upstream answers (see client._too_large)
     for tried in range(1, allowed + 1):
         state = ctx.states[order[(tried - 1) % len(order)]]
         result = await _attempt(ctx, req, state, log)
@@ -110,6 +131,8 @@ async def run_attempts(ctx: AttemptContext, req: ChatRequest, started: float,
             break
         if result.retry_after:
             await asyncio.sleep(min(result.retry_after, route.retries.retry_after_max, remaining))
+    if last is None:
+        last = ChatError(502, "no upstream could be reached", code="BAD_GATEWAY")
     return last
 
 

@@ -67,22 +67,27 @@ async def _read_body(request: ClientRequest, limit: int) -> bytes:
                       {"Connection": "close"}) from None
 
 
+def _too_large(limit: int) -> Refused:
+    # Built only when refused: a ChatError's dataclass __init__ is interpreted even in the
+    # compiled build, and the message is formatted, on every request that builds one.
+    return Refused(ChatError(413, f"the request body is over {limit} bytes",
+                             code="PAYLOAD_TOO_LARGE"))
+
+
 async def _read_bounded(request: ClientRequest, limit: int) -> bytes:
-    too_large = Refused(ChatError(413, f"the request body is over {limit} bytes",
-                                  code="PAYLOAD_TOO_LARGE"))
     length = request.content_length
     if length is not None:
         if length > limit:
-            raise too_large
+            raise _too_large(limit)
         try:
             return await request.read()  # exactly ``length`` bytes, one buffer
         except web.HTTPRequestEntityTooLarge:  # the app's own limit, set at startup
-            raise too_large from None
+            raise _too_large(limit) from None
     buf = bytearray()
     async for chunk in request.content.iter_chunked(65536):
         buf += chunk
         if len(buf) > limit:
-            raise too_large
+            raise _too_large(limit)
     return bytes(buf)
 
 

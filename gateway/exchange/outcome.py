@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from gateway.canonical import Usage
 from gateway.forwarding import client_address
@@ -33,17 +33,26 @@ NONE = "none"
 _ERROR_KINDS = frozenset({"connect", "timeout", "status", "malformed"})
 
 
-class Attempt(NamedTuple):
-    """One try of one upstream."""
+class Attempt:
+    """One try of one upstream. A plain class, built natively by the compiled build (see
+    :class:`Outcome`)."""
 
-    upstream: str
-    outcome: str
-    """ok, connect, timeout, status, malformed, rejected (no capacity), or cancelled (the
-    client went away while the upstream answered: not the upstream's fault)."""
-    seconds: float | None = None
-    """Upstream request sent to its last byte read (attempts that got an answer)."""
-    status: int | None = None
-    """The upstream's HTTP status (attempts that got one)."""
+    __slots__ = ("outcome", "seconds", "status", "upstream")
+
+    def __init__(self, upstream: str, outcome: str, seconds: float | None = None,
+                 status: int | None = None) -> None:
+        self.upstream = upstream
+        self.outcome = outcome
+        """ok, connect, timeout, status, malformed, rejected (no capacity), or cancelled (the
+        client went away while the upstream answered: not the upstream's fault)."""
+        self.seconds = seconds
+        """Upstream request sent to its last byte read (attempts that got an answer)."""
+        self.status = status
+        """The upstream's HTTP status (attempts that got one)."""
+
+    def __repr__(self) -> str:
+        return (f"Attempt({self.upstream!r}, {self.outcome!r}, seconds={self.seconds!r}, "
+                f"status={self.status!r})")
 
 
 class Outcome:

@@ -20,7 +20,7 @@ from typing import Protocol
 __all__ = ["Transport", "UpstreamRequest", "UpstreamResponse"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen __init__ sets each field by object.__setattr__
 class UpstreamRequest:
     """One request to an upstream (a chat POST, or a health check's GET)."""
 
