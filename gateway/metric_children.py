@@ -95,55 +95,49 @@ class Batched:
         raise NotImplementedError
 
 
-class BatchedCounter(Batched):
+class _BatchedSum(Batched):
+    """A child whose writes are amounts to add (a counter's, a gauge's): summed here, and the
+    sum added to the prometheus-client child at the scrape."""
+
     __slots__ = ("_child", "_n")
 
-    def __init__(self, child: Counter, pending: Pending) -> None:
+    def __init__(self, child: Counter | Gauge, pending: Pending) -> None:
         super().__init__(pending)
         self._child = child
         self._n = 0.0
+
+    def _add(self, amount: float) -> None:
+        if not self._queued:
+            self._queue()
+        self._n += amount
+
+    def flush(self) -> None:
+        self._queued = False
+        n, self._n = self._n, 0.0
+        if n:
+            self._child.inc(n)
+
+
+class BatchedCounter(_BatchedSum):
+    __slots__ = ()
 
     def inc(self, amount: float = 1) -> None:
         if amount < 0:
             raise ValueError("Counters can only be incremented by non-negative amounts.")
-        if not self._queued:
-            self._queue()
-        self._n += amount
-
-    def flush(self) -> None:
-        self._queued = False
-        n, self._n = self._n, 0.0
-        if n:
-            self._child.inc(n)
+        self._add(amount)
 
 
-class BatchedGauge(Batched):
-    """A gauge that requests move up and down (the requests in flight): the moves are summed
-    and applied at the scrape, as a counter's. A prometheus-client gauge's ``inc`` and ``dec``
-    each take its lock, interpreted: about 1% of a stream's CPU."""
+class BatchedGauge(_BatchedSum):
+    """A gauge that requests move up and down (the requests in flight). A prometheus-client
+    gauge's ``inc`` and ``dec`` each take its lock, interpreted: about 1% of a stream's CPU."""
 
-    __slots__ = ("_child", "_n")
-
-    def __init__(self, child: Gauge, pending: Pending) -> None:
-        super().__init__(pending)
-        self._child = child
-        self._n = 0.0
+    __slots__ = ()
 
     def inc(self, amount: float = 1) -> None:
-        if not self._queued:
-            self._queue()
-        self._n += amount
+        self._add(amount)
 
     def dec(self, amount: float = 1) -> None:
-        if not self._queued:
-            self._queue()
-        self._n -= amount
-
-    def flush(self) -> None:
-        self._queued = False
-        n, self._n = self._n, 0.0
-        if n:
-            self._child.inc(n)
+        self._add(-amount)
 
 
 class BatchedHistogram(Batched):
