@@ -121,6 +121,40 @@ async def test_a_wrong_text_is_an_error_not_a_request() -> None:
     assert "text mismatch" in result.error_samples[0]
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_a_body_already_found_right_is_not_parsed_again(stream: bool,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check remembers the first right bodies: the same bytes again pass without a parse,
+    any other bytes are checked in full (a wrong text is still an error)."""
+    dialect = next(iter(wire.DIALECTS))
+    target = driver.Target("http://127.0.0.1:1/", dialect, stream, wire.answer_text(CHUNKS))
+    right = b"".join(wire.stream_frames(dialect, CHUNKS)) if stream else \
+        wire.whole_body(dialect, CHUNKS)
+    assert driver._check(target, 200, right) is None
+    assert target.checked == [right]
+    wrong = right.replace(wire.WORD.encode(), b"bad ", 1)
+    assert "text mismatch" in (driver._check(target, 200, wrong) or "")
+    assert target.checked == [right]  # a wrong body is never kept
+
+    parsed: list[bytes] = []
+    real = wire.stream_text if stream else wire.whole_text
+
+    def counting(d: str, raw: bytes) -> str:
+        parsed.append(raw)
+        return real(d, raw)
+
+    monkeypatch.setattr(wire, "stream_text" if stream else "whole_text", counting)
+    assert driver._check(target, 200, bytes(right)) is None  # equal bytes, another object
+    assert parsed == []
+    assert "text mismatch" in (driver._check(target, 200, wrong) or "")
+    assert parsed == [wrong]
+    assert driver._check(target, 500, right) is not None  # the status is checked first
+    for n in range(driver.CHECKED_KEPT + 2):  # right bodies of their own bytes: a few kept
+        other = right + b"\n" * (n + 1) if stream else right + b" " * (n + 1)
+        assert driver._check(target, 200, other) is None
+    assert len(target.checked) == driver.CHECKED_KEPT
+
+
 async def test_a_server_that_closes_gets_a_new_connection() -> None:
     """``Connection: close`` after each answer: every request still answered, none an error."""
     served = 0
