@@ -10,8 +10,9 @@ byte for byte the same as one already checked and found right is that same answe
 parsed again (:attr:`Target.checked`).
 
 Why not wrk/hey/oha: they need an install, and none reports per-stream time to first byte or can
-check that a translated stream reassembles to the right text. The driver's own cost is the same
-for every configuration of a run, and it runs on its own core (see ``run.py``).
+check that a translated stream reassembles to the right text. The driver does the same for every
+configuration of a run (an answer it already found right costs it a comparison, whichever server
+sent it), and it runs on its own core (see ``run.py``).
 
 Two HTTP clients (``client=``): ``lean`` (the default: :mod:`h1load`, keep-alive connections on
 httptools, a fraction of the CPU per request) and ``aiohttp`` (one ``ClientSession``, as every run
