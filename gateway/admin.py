@@ -24,7 +24,7 @@ from aiohttp import web
 from gateway import handlers, status
 from gateway.auth import accepted_key
 from gateway.config import GatewayConfig
-from gateway.edge import Edge, EdgeRunner, edge_for
+from gateway.edge import Edge, EdgeListener, edge_for, edge_middleware
 from gateway.keys import LOG, RUNTIME
 
 __all__ = ["add_admin_routes", "create_admin_app", "start_admin_listener"]
@@ -69,7 +69,7 @@ def _key_guarded(handler: Handler) -> Handler:
 def create_admin_app(main: web.Application) -> web.Application:
     """The admin listener's app: the operator's endpoints and the health probes, over the
     state of ``main`` (started first: its state is complete once its startup ran)."""
-    admin = web.Application()
+    admin = web.Application(middlewares=[edge_middleware])
 
     async def share(app: web.Application) -> AsyncIterator[None]:
         for key in list(main):
@@ -92,7 +92,7 @@ async def _not_here(request: web.Request) -> web.Response:
 
 async def start_admin_listener(main: web.Application, config: GatewayConfig, host: str, *,
                                reuse_port: bool = False,
-                               edge: Edge | None = None) -> web.AppRunner | None:
+                               edge: Edge | None = None) -> EdgeListener | None:
     """Serve :func:`create_admin_app` on ``server.admin_port`` (``admin_host``, else
     ``host``); ``None`` when no admin port is configured. The caller cleans the runner up.
     ``edge``: the main listener's limits, shared (the default: the config's, its own)."""
@@ -101,13 +101,8 @@ async def start_admin_listener(main: web.Application, config: GatewayConfig, hos
         return None
     if edge is None:
         edge = edge_for(config.server)
-    runner = EdgeRunner(create_admin_app(main), edge, access_log=None)
-    await runner.setup()
+    listener = EdgeListener(create_admin_app(main), edge, access_log=None)
     admin_host = config.server.admin_host or host
-    try:
-        await web.TCPSite(runner, admin_host, port, reuse_port=reuse_port or None).start()
-    except BaseException:
-        await runner.cleanup()
-        raise
+    await listener.start(admin_host, port, reuse_port=reuse_port)
     main[LOG].info("admin_listening", host=admin_host, port=port)
-    return runner
+    return listener

@@ -17,8 +17,7 @@ from gateway.admin import add_admin_routes
 from gateway.balancer import Balancer, UpstreamState
 from gateway.config import GatewayConfig, load_config
 from gateway.cors import cors_headers
-from gateway.dispatch import CHAT_PATHS, ChatPaths
-from gateway.edge import BadBody, BodyTimeout
+from gateway.edge import BodyTimeout, edge_middleware
 from gateway.errors import ConfigError, UpstreamError
 from gateway.exchange import Env
 from gateway.keys import (
@@ -61,7 +60,8 @@ def create_app(config: GatewayConfig, *, config_path: str | Path | None = None,
     # 3 µs even for a filtered-out event), and every request logs. Logging is configured before
     # an app is created (serve, and the tests that capture logs).
     log = get_logger().bind()
-    app = web.Application(middlewares=[_errors], client_max_size=config.server.max_body_bytes)
+    app = web.Application(middlewares=[edge_middleware, _errors],
+                          client_max_size=config.server.max_body_bytes)
     m = metrics or Metrics()
     states: dict[str, UpstreamState] = {}
 
@@ -108,10 +108,8 @@ def create_app(config: GatewayConfig, *, config_path: str | Path | None = None,
         return problems
 
     app[RELOADER] = noted_reload
-    app[CHAT_PATHS] = ChatPaths()
     app.cleanup_ctx.append(_tracing)
-    app.cleanup_ctx.append(_transport(transport, config.server.upstream_client,
-                                      config.server.http_layer))
+    app.cleanup_ctx.append(_transport(transport, config.server.upstream_client))
     app.cleanup_ctx.append(_health_checks)
     app.cleanup_ctx.append(status.publish)
     app.on_response_prepare.append(_cors)
@@ -126,13 +124,12 @@ def create_app(config: GatewayConfig, *, config_path: str | Path | None = None,
     return app
 
 
-def _transport(given: Transport | None, client: Literal["fast", "aiohttp"],
-               http_layer: Literal["fast", "aiohttp"]) -> Any:
+def _transport(given: Transport | None, client: Literal["fast", "aiohttp"]) -> Any:
     async def ctx(app: web.Application) -> AsyncIterator[None]:
         transport = given or make_transport(client)
         app[TRANSPORT] = transport
         app[ENV] = Env(transport, app[METRICS], app[BALANCER], app[RECENT], app[LOG],
-                       app[TRACING], direct=http_layer == "fast")
+                       app[TRACING])
         try:
             yield
         finally:
@@ -212,10 +209,6 @@ async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
     except BodyTimeout:  # a handler that reads a body (history): the edge closes after this
         response = handlers.json_error(408, "the request body did not arrive in time",
                                        "REQUEST_TIMEOUT")
-        response.force_close()
-        return response
-    except BadBody as e:  # a handler that reads a body (history): its framing broke mid-body
-        response = handlers.json_error(400, f"the request body is malformed: {e}", "BAD_REQUEST")
         response.force_close()
         return response
     except Exception:

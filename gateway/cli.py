@@ -21,6 +21,7 @@ from gateway.config import (
     load_config,
     parse_config,
     read_config_file,
+    retired_settings,
 )
 from gateway.dialects import DIALECTS, names
 from gateway.errors import ConfigError, GatewayError
@@ -192,6 +193,8 @@ def _check(path: str, no_env: bool) -> int:
             failed = True
             continue
         print(f"{label}: ok ({len(data['routes'])} routes, {len(data['upstreams'])} upstreams)")
+        for where, note in retired_settings(data):
+            print(f"  warning: {where}: {note}")
         if from_env:
             print(f"  not checked, read from the environment at load: {', '.join(from_env)}")
     return 1 if failed else 0

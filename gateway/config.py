@@ -35,6 +35,7 @@ __all__ = [
     "ENV_REFERENCE",
     "ENV_REFERENCE_SCHEMA",
     "RESERVED_PATHS",
+    "RETIRED_SERVER_VALUES",
     "AuthConfig",
     "CorsConfig",
     "GatewayConfig",
@@ -50,6 +51,7 @@ __all__ = [
     "load_config",
     "parse_config",
     "read_config_file",
+    "retired_settings",
 ]
 
 
@@ -138,14 +140,11 @@ class ServerConfig(_Model):
     """How upstreams are reached: ``fast``, the gateway's own HTTP/1.1 keep-alive client
     (httptools), or ``aiohttp``, aiohttp's client (the fallback). Read at start; a reload does
     not switch it."""
-    http_layer: Literal["fast", "aiohttp"] = "fast"
-    """How the chat routes meet HTTP. ``fast``: once aiohttp's router has sent a path to a
-    route, the POSTs to it are parsed by the gateway itself (:mod:`gateway.lane`) or, when that
-    lane leaves them to aiohttp, go straight from aiohttp's parser to the exchange (router and
-    middleware skipped), and the answer is written straight to the connection
-    (docs/performance.md); everything else is aiohttp's. ``aiohttp``: aiohttp's parser, router,
-    middleware and response objects for every request (the fallback). The edge's limits apply
-    either way. Read at start; a reload does not switch it."""
+    http_layer: Literal["fast", "aiohttp"] = "aiohttp"
+    """How the chat routes meet HTTP: ``aiohttp``, aiohttp's parser, router, middleware and
+    response objects for every request, behind the edge's limits. ``fast`` (a lane of the
+    gateway's own beside aiohttp's parser) is retired: still accepted, served as ``aiohttp``,
+    with a warning from ``check`` and at start (:func:`retired_settings`)."""
     loop: Literal["auto", "asyncio", "uvloop"] = "auto"
     """The event loop: ``auto`` is uvloop when it is installed, else asyncio's own
     (``--loop`` overrides it). Read at start."""
@@ -692,6 +691,24 @@ def _ancestors(where: str) -> list[str]:
 
 def _dedupe(problems: list[tuple[str, str]]) -> list[tuple[str, str]]:
     return list(dict.fromkeys(problems))
+
+
+RETIRED_SERVER_VALUES = {
+    ("http_layer", "fast"): "the gateway's own HTTP lane is retired; served as 'aiohttp' "
+                            "(aiohttp's public API, the edge's limits unchanged)",
+}
+"""Values of ``server`` keys that are still accepted but no longer exist, and what serves them
+now: public config keys are extended, never broken."""
+
+
+def retired_settings(data: Any) -> list[tuple[str, str]]:
+    """``(YAML path, what replaced it)`` for each retired value a config's parsed YAML (or a
+    config's own ``server.model_dump(exclude_unset=True)`` under ``server``) sets."""
+    server = data.get("server") if isinstance(data, dict) else None
+    if not isinstance(server, dict):
+        return []
+    return [(f"server.{key}", note) for (key, value), note in RETIRED_SERVER_VALUES.items()
+            if server.get(key) == value]
 
 
 def load_config(path: str | Path, env: dict[str, str] | None = None) -> GatewayConfig:

@@ -2,11 +2,11 @@
 
 aiohttp bounds neither the time a client takes to send a request's headers nor the silences
 inside its body, so a client that sends one byte a second (slowloris) holds a connection, its
-file descriptor and a task for as long as it likes. :class:`EdgeProtocol` (aiohttp's
-``RequestHandler`` with one timer per connection) enforces, on every listener the gateway opens:
+file descriptor and a task for as long as it likes. The edge enforces, on every listener the
+gateway opens, through public API only:
 
-- ``server.header_timeout``: a request's head (request line and headers) must be complete within
-  this many seconds of the connection's accept, or of the end of the previous response on a
+- ``server.header_timeout``: a request's head must be complete (its handler started) within
+  this many seconds of the connection's accept, or of the end of the previous answer on a
   keep-alive connection; else the connection is closed, nothing answered (no route is known).
 - ``server.body_timeout``: the longest silence while a handler waits for the request body. The
   body's reader then raises :class:`BodyTimeout`; the exchange answers 408 in the route's
@@ -14,45 +14,37 @@ file descriptor and a task for as long as it likes. :class:`EdgeProtocol` (aioht
 - ``server.max_connections``: past it a new connection gets ``503`` and is closed at once, before
   any of its bytes are read; the established ones go on.
 
-A request aiohttp's parser refuses (garbage, TLS on the HTTP port, a malformed header) gets
-aiohttp's ``400`` and one ``bad_http_request`` warning line (error, peer), never a traceback.
-A body whose framing breaks after its handler began reading it (a bad chunk size in a later
-packet, a corrupt compressed body) fails that body's reader with :class:`BadBody`, answered
-``400`` in the route's dialect (aiohttp's parser would queue it as the next request instead, and
-the handler would wait for the rest of the body until ``body_timeout``).
+How, without reaching into aiohttp: :class:`EdgeConnection` is the asyncio protocol of each
+accepted connection and wraps the protocol aiohttp's :class:`aiohttp.web.Server` (a documented
+protocol factory) builds for it, forwarding every protocol call. It sees when bytes arrive;
+:func:`edge_middleware` (an ordinary aiohttp middleware) tells it, through the request's
+transport's ``get_protocol()``, when a request's handler starts and ends. HTTP itself is parsed
+by aiohttp alone: the edge reads no byte.
 
-On the main listener with ``server.http_layer: fast``, the protocol parses the chat routes'
-POSTs itself (:mod:`gateway.lane`) and hands every other request to aiohttp's parser; the
-timeouts above apply to the lane's requests the same way.
+What aiohttp's parser refuses (garbage, TLS on the HTTP port, a malformed header) gets aiohttp's
+own ``400``; aiohttp logs it with a traceback, which :class:`BadRequestLog` (a filter on
+aiohttp's server logger) turns into one ``bad_http_request`` warning line (error, peer).
 
 The timer wakes once per ``min(header_timeout, body_timeout)`` while a request is served, and
 once at the deadline while a head is awaited: no work per byte beyond reading the clock.
-
-What this leans on in aiohttp (checked by ``tests/test_edge.py``, so that an upgrade that moves
-it fails a test rather than the edge): ``Server.__call__`` builds the protocol from
-``Server._loop`` and ``Server._kwargs``; ``RequestHandler._waiter`` is pending exactly while the
-connection waits for a request head (aiohttp's own keep-alive check reads it the same way), and
-``RequestHandler._current_request`` is the request whose handler runs; a parser error is queued
-in ``RequestHandler._messages`` as a message with an ``exc`` (aiohttp's ``_ErrInfo``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import resource
-from collections.abc import Callable
+import socket
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError
-from aiohttp.web_protocol import RequestHandler
+from aiohttp.http import HttpProcessingError
 
-from gateway.config import ServerConfig
-from gateway.lane import Lane, LaneRouter
 from gateway.log import get_logger
 
-__all__ = ["BadBody", "BodyTimeout", "Edge", "EdgeProtocol", "EdgeRunner",
-           "default_max_connections", "edge_for", "raise_file_limit"]
+__all__ = ["BadRequestLog", "BodyTimeout", "Edge", "EdgeConnection", "EdgeListener",
+           "default_max_connections", "edge_for", "edge_middleware", "raise_file_limit"]
 
 _REFUSED_BODY = b'{"error": {"message": "too many connections", "code": "OVERLOADED"}}'
 _REFUSED = (b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nRetry-After: 1\r\n"
@@ -62,11 +54,6 @@ _FDS_PER_CONNECTION = 2
 """A client connection and the upstream connection its exchange may hold."""
 _FD_RESERVE = 100
 """Listeners, log and metrics files, the idle upstream pool's overflow, the history store."""
-
-
-class BadBody(ValueError):
-    """The request body's framing broke after its handler began reading it (aiohttp's parser
-    refused a later packet); the message is the parser's."""
 
 
 class BodyTimeout(TimeoutError):
@@ -101,7 +88,8 @@ class Edge:
     """The limits of one process's listeners and what they did (shared by the main and the admin
     listener: the descriptors are the process's)."""
 
-    __slots__ = ("body_timeout", "counts", "header_timeout", "max_connections", "on_drop", "open")
+    __slots__ = ("active", "body_timeout", "counts", "header_timeout", "max_connections",
+                 "on_drop", "open")
 
     def __init__(self, header_timeout: float, body_timeout: float, max_connections: int,
                  on_drop: Callable[[str], None] | None = None) -> None:
@@ -113,6 +101,8 @@ class Edge:
         ``max_connections``."""
         self.open = 0
         """Connections accepted and not yet lost."""
+        self.active = 0
+        """Requests whose handler runs (their head complete)."""
         self.counts: dict[str, int] = {}
 
     def dropped(self, reason: str) -> None:
@@ -121,225 +111,223 @@ class Edge:
             self.on_drop(reason)
 
 
-def edge_for(server: ServerConfig, on_drop: Callable[[str], None] | None = None) -> Edge:
-    """The limits ``server`` sets; when ``max_connections`` is unset, the process's soft
-    open-file limit is raised to its hard limit first and the default sized from it."""
+def edge_for(server: Any, on_drop: Callable[[str], None] | None = None) -> Edge:
+    """The limits ``server`` (a :class:`~gateway.config.ServerConfig`) sets; when
+    ``max_connections`` is unset, the process's soft open-file limit is raised to its hard
+    limit first and the default sized from it."""
     limit = server.max_connections
     if limit is None:
         limit = default_max_connections(raise_file_limit())
     return Edge(server.header_timeout, server.body_timeout, limit, on_drop)
 
 
-class EdgeProtocol(RequestHandler):
-    """aiohttp's HTTP/1 protocol with the edge's limits (see the module's docstring)."""
+class EdgeConnection(asyncio.Protocol):
+    """One accepted connection: the edge's limits around the protocol aiohttp built for it
+    (see the module's docstring)."""
 
-    __slots__ = ("_admitted", "_edge", "_idle_since", "_lane", "_lane_router", "_last_data",
-                 "_timer")
+    __slots__ = ("_active", "_edge", "_factory", "_idle_since", "_inner", "_last_data", "_loop",
+                 "_request", "_timer", "_transport")
 
-    def __init__(self, edge: Edge, manager: web.Server, lane_router: LaneRouter | None = None,
-                 **kwargs: Any) -> None:
-        super().__init__(manager, **kwargs)
+    def __init__(self, edge: Edge, factory: Callable[[], asyncio.Protocol]) -> None:
         self._edge = edge
-        self._lane_router = lane_router
-        self._lane: Lane | None = None
-        """The chat routes' short lane (:mod:`gateway.lane`), on the main listener with
-        ``server.http_layer: fast``."""
-        self._admitted = False
+        self._inner: asyncio.Protocol | None = None
+        self._factory: Callable[[], asyncio.Protocol] | None = factory
+        self._loop = asyncio.get_running_loop()
+        self._transport: asyncio.Transport | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self._active = 0
+        """Handlers running for this connection's requests (aiohttp runs one at a time)."""
+        self._request: web.BaseRequest | None = None
         self._idle_since = 0.0
         self._last_data = 0.0
 
+    # --- asyncio.Protocol, forwarded to aiohttp's ------------------------------------------
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        tr = cast(asyncio.Transport, transport)
         edge = self._edge
-        if edge.open >= edge.max_connections:
+        factory, self._factory = self._factory, None
+        if edge.open >= edge.max_connections or factory is None:
             # Before aiohttp sees it: no task, no parser, the descriptor freed at once.
             edge.dropped("max_connections")
-            tr = cast(asyncio.Transport, transport)
             tr.write(_REFUSED)
             tr.close()
             return
-        self._admitted = True
         edge.open += 1
-        super().connection_made(transport)
-        if self._lane_router is not None:
-            self._lane = Lane(self, self._lane_router, cast(asyncio.Transport, transport))
+        self._transport = tr
+        self._inner = factory()
+        self._inner.connection_made(transport)
         self._idle_since = self._last_data = self._loop.time()
         self._timer = self._loop.call_at(self._idle_since + edge.header_timeout, self._check)
 
-    def connection_lost(self, exc: BaseException | None) -> None:
-        if not self._admitted:
+    def data_received(self, data: bytes) -> None:
+        self._last_data = self._loop.time()
+        if self._inner is not None:
+            self._inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self._inner.eof_received() if self._inner is not None else None
+
+    def pause_writing(self) -> None:
+        if self._inner is not None:
+            self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self._inner is not None:
+            self._inner.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        inner, self._inner = self._inner, None
+        if inner is None:
             return
-        self._admitted = False
         self._edge.open -= 1
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        super().connection_lost(exc)
-        lane, self._lane = self._lane, None  # the lane refers back to this protocol: no cycle
-        if lane is not None:
-            lane.lost()
+        self._transport = None
+        self._request = None
+        inner.connection_lost(exc)
 
-    def data_received(self, data: bytes) -> None:
-        self._last_data = self._loop.time()
-        if self._lane is not None:
-            self._lane.data(data)
-        else:
-            self.aiohttp_data(data)
+    # --- told by edge_middleware -----------------------------------------------------------
 
-    def aiohttp_data(self, data: bytes) -> None:
-        """``data`` for aiohttp's parser."""
-        queued = len(self._messages)
-        super().data_received(data)
-        # A message queued while a handler runs: a pipelined request, or the parser's error.
-        request = self._current_request
-        if request is not None and len(self._messages) > queued:
-            self._fail_body_in_reading(request)
+    def request_started(self, request: web.BaseRequest) -> None:
+        self._edge.active += 1
+        self._active += 1
+        self._request = request
 
-    def _fail_body_in_reading(self, request: web.BaseRequest) -> None:
-        """The parser refused this packet while a handler reads its request's body: that body
-        is broken, not a next request. Fail its reader and close after the handler's answer."""
-        if request.content.is_eof():
-            return
-        exc = getattr(self._messages[-1][0], "exc", None)
-        if not isinstance(exc, HttpProcessingError):
-            return
-        self._messages.pop()
-        _warn_bad_request(exc, request.remote)
-        self.close()
-        request.content.set_exception(BadBody(exc.message))
-
-    def idle_between_requests(self) -> bool:
-        """aiohttp waits for a request's head, with none queued and none in progress."""
-        waiter = self._waiter
-        return (waiter is not None and not waiter.done() and not self._messages
-                and self._current_request is None and not self._upgraded
-                and self._payload_parser is None)
-
-    def answered(self) -> None:
-        """A lane request's answer is done, the connection kept: as aiohttp after its own, the
-        next head is due ``header_timeout`` from now, and the keep-alive timer starts again."""
-        loop = self._loop
-        now = self._idle_since = loop.time()
-        if self._keepalive_timeout > 0:
-            self._next_keepalive_close_time = now + self._keepalive_timeout
-            if self._keepalive_handle is None:
-                self._keepalive_handle = loop.call_at(self._next_keepalive_close_time,
-                                                      self._process_keepalive)
-
-    def _process_keepalive(self) -> None:
-        lane = self._lane
-        if lane is not None and lane.busy():  # aiohttp sees no request: the lane has one
-            self._keepalive_handle = None
-            self.answered()
-            return
-        super()._process_keepalive()
-
-    async def finish_response(self, request: web.BaseRequest, resp: web.StreamResponse,
-                              start_time: float | None) -> tuple[web.StreamResponse, bool]:
-        try:
-            return await super().finish_response(request, resp, start_time)
-        finally:
-            # The next request's head is due header_timeout from here (keep-alive).
-            self._idle_since = self._loop.time()
-
-    def handle_error(self, request: web.BaseRequest, status: int = 500,
-                     exc: BaseException | None = None,
-                     message: str | None = None) -> web.StreamResponse:
-        if status != 400 or not isinstance(exc, HttpProcessingError):
-            return super().handle_error(request, status, exc, message)
-        # What aiohttp's parser refused (its 400s, before any handler ran) is the client's fault:
-        # one warning line, no traceback. aiohttp logs a traceback at error level, or at debug
-        # level for a first request with a bad method (TLS or junk sent to an HTTP port).
-        _warn_bad_request(exc, request.remote)
-        if request.writer.output_size > 0:  # as aiohttp's: nothing more can be sent
-            raise ConnectionError("Response is sent already, cannot send another response "
-                                  "with the error message")
-        # aiohttp's answer to a parser error: the parser's message, as plain text.
-        response = web.Response(status=status, text=message or exc.message,
-                                content_type="text/plain")
-        response.force_close()
-        return response
+    def request_ended(self) -> None:
+        self._edge.active -= 1
+        self._active -= 1
+        self._request = None
+        # The next request's head is due header_timeout from here (keep-alive).
+        self._idle_since = self._loop.time()
 
     def _check(self) -> None:
         self._timer = None
-        if self.transport is None or self._force_close:
+        transport = self._transport
+        if transport is None or transport.is_closing():
             return
         edge = self._edge
         now = self._loop.time()
-        lane = self._lane
-        if lane is not None and lane.on:
-            waiting = lane.waiting_for_head()
-        else:
-            waiter = self._waiter
-            waiting = waiter is not None and not waiter.done()
-        if waiting:  # for a request head
-            due = self._idle_since + edge.header_timeout
-            if now >= due:
+        due = now + min(edge.header_timeout, edge.body_timeout)
+        if not self._active:
+            if transport.get_write_buffer_size():
+                # An answer still going out to a slow reader is not an idle connection.
+                self._idle_since = now
+            elif now >= self._idle_since + edge.header_timeout:
                 edge.dropped("header_timeout")
-                self.force_close()
+                transport.close()
                 return
+            else:
+                due = self._idle_since + edge.header_timeout
         else:
-            due = now + min(edge.header_timeout, edge.body_timeout)
-            request = self._current_request
-            if lane is not None and lane.on:
-                if lane.reading_body() and self.transport.is_reading():
-                    quiet_until = self._last_data + edge.body_timeout
-                    if now >= quiet_until:
-                        edge.dropped("body_timeout")
-                        self.close()  # after the handler's answer (a 408), not before
-                        lane.body_timed_out(BodyTimeout())
-                        return
-                    due = min(due, quiet_until)
-            elif request is not None and self._starved(request):
+            request = self._request
+            if request is not None and not request.content.is_eof() \
+                    and transport.is_reading():
+                # Its handler waits for body bytes the client does not send (not for bytes
+                # aiohttp holds back because the handler reads slowly: then it is not reading).
                 quiet_until = self._last_data + edge.body_timeout
                 if now >= quiet_until:
                     edge.dropped("body_timeout")
-                    self.close()  # after the handler's answer (a 408), not before
                     request.content.set_exception(BodyTimeout())
                     return
                 due = min(due, quiet_until)
         self._timer = self._loop.call_at(due, self._check)
 
-    def _starved(self, request: web.BaseRequest) -> bool:
-        """Its handler waits for body bytes the client does not send (not for bytes aiohttp
-        holds back because the handler reads slowly)."""
-        transport = self.transport
-        return (not request.content.is_eof() and transport is not None
-                and transport.is_reading())
+
+def connection_of(request: web.BaseRequest) -> EdgeConnection | None:
+    """The edge's view of ``request``'s connection (``None`` on a listener without an edge,
+    e.g. aiohttp's test server)."""
+    transport = request.transport
+    if transport is None:
+        return None
+    protocol = transport.get_protocol()
+    return protocol if isinstance(protocol, EdgeConnection) else None
 
 
-def _warn_bad_request(exc: HttpProcessingError, peer: str | None) -> None:
-    get_logger().warning("bad_http_request", status=400, exc_type=type(exc).__name__,
-                         exc_message=exc.message, peer=peer)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-class _EdgeServer(web.Server):
-    edge: Edge
-    lane_router: LaneRouter | None = None
+@web.middleware
+async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Tells the edge when a request's handler runs (its head is complete), so that the
+    connection is neither timed out mid-answer nor left idle for longer than the head's
+    bound."""
+    conn = connection_of(request)
+    if conn is None:
+        return await handler(request)
+    conn.request_started(request)
+    try:
+        response = await handler(request)
+        if request.content.exception() is not None:  # its body timed out: close after answer
+            response.force_close()
+        return response
+    finally:
+        conn.request_ended()
 
-    def __call__(self) -> RequestHandler:
-        return EdgeProtocol(self.edge, self, self.lane_router, loop=self._loop, **self._kwargs)
+
+class BadRequestLog(logging.Filter):
+    """What aiohttp's parser refuses (its 400s, before any handler runs) is the client's fault:
+    one ``bad_http_request`` warning line instead of aiohttp's traceback (at error level, or at
+    debug level for a first request with a bad method: TLS or junk sent to an HTTP port, which
+    an operator still wants counted). So that the debug one reaches the filter, aiohttp's server
+    logger passes every level, and the filter applies the root logger's threshold to the rest."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if not isinstance(exc, HttpProcessingError):
+            return record.levelno >= logging.getLogger().getEffectiveLevel()
+        peer = record.args[0] if isinstance(record.args, tuple) and record.args else None
+        get_logger().warning("bad_http_request", status=exc.code or 400,
+                             exc_type=type(exc).__name__, exc_message=exc.message, peer=peer)
+        return False
 
 
-class EdgeRunner(web.AppRunner):
-    """An :class:`aiohttp.web.AppRunner` whose connections are :class:`EdgeProtocol`."""
+_BAD_REQUEST_LOG = BadRequestLog()
 
-    __slots__ = ("edge",)
+
+class EdgeListener:
+    """``app`` served on a socket whose connections pass the edge: an
+    :class:`aiohttp.web.AppRunner` whose :class:`aiohttp.web.Server` builds each connection's
+    protocol inside an :class:`EdgeConnection`. :meth:`cleanup` stops listening, then lets
+    aiohttp drain and close the connections (``shutdown_timeout``)."""
+
+    __slots__ = ("edge", "runner", "server")
 
     def __init__(self, app: web.Application, edge: Edge, **kwargs: Any) -> None:
-        super().__init__(app, **kwargs)
         self.edge = edge
+        self.runner = web.AppRunner(app, **kwargs)
+        self.server: asyncio.Server | None = None
+        server_log = logging.getLogger("aiohttp.server")
+        server_log.setLevel(logging.DEBUG)
+        server_log.addFilter(_BAD_REQUEST_LOG)  # once: a filter is kept in a list without twins
 
-    def use_lane(self, router: LaneRouter) -> None:
-        """Connections accepted from now on take the chat routes' short lane
-        (:mod:`gateway.lane`)."""
-        assert self.server is not None
-        cast(_EdgeServer, self.server).lane_router = router
+    async def start(self, host: str, port: int, *, reuse_port: bool = False,
+                    backlog: int = 1024) -> None:
+        runner = self.runner
+        await runner.setup()
+        web_server = runner.server
+        assert web_server is not None
+        edge = self.edge
+        try:
+            self.server = await asyncio.get_running_loop().create_server(
+                lambda: EdgeConnection(edge, web_server), host, port,
+                reuse_port=reuse_port or None, backlog=backlog)
+        except BaseException:
+            await runner.cleanup()
+            raise
 
-    async def _make_server(self) -> web.Server:
-        server = await super()._make_server()
-        # aiohttp builds the Server (app startup, handler arguments); only the class of the
-        # protocol it makes per connection changes.
-        server.__class__ = _EdgeServer
-        cast(_EdgeServer, server).edge = self.edge
-        return server
+    @property
+    def addresses(self) -> list[Any]:
+        """The bound addresses (``(host, port, ...)``), as :attr:`aiohttp.web.AppRunner
+        .addresses` gives them."""
+        if self.server is None:
+            return []
+        return [s.getsockname() for s in self.server.sockets
+                if s.family in (socket.AF_INET, socket.AF_INET6)]
+
+    async def cleanup(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            self.server = None
+        await self.runner.cleanup()

@@ -7,7 +7,6 @@ import ipaddress
 import orjson
 from aiohttp import web
 
-from gateway.dispatch import CHAT_PATHS
 from gateway.exchange import serve, unrouted
 from gateway.history.keys import HISTORY
 from gateway.keys import ENV, METRICS, RELOADER, RUNTIME
@@ -35,10 +34,6 @@ async def chat(request: web.Request) -> web.StreamResponse:
                         request.app[ENV], runtime.config.server.trusted_proxies)
     if request.method == "OPTIONS" and runtime.config.server.cors.allow_origins:
         return web.Response(status=204)  # the CORS headers are added as it is prepared
-    # the router sent this POST here: next time it may go straight (gateway.dispatch), when
-    # its path is as the client sent it
-    if request.method == "POST" and request.rel_url.raw_path == request.path:
-        request.app[CHAT_PATHS].add(request.path)
     return await serve(request, request.app[ENV], runtime, entry)
 
 

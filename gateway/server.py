@@ -25,9 +25,8 @@ from aiohttp import web
 
 from gateway.admin import start_admin_listener
 from gateway.app import create_app
-from gateway.config import GatewayConfig, load_config
-from gateway.dispatch import chat_dispatch, chat_lane
-from gateway.edge import Edge, EdgeRunner, edge_for
+from gateway.config import GatewayConfig, load_config, retired_settings
+from gateway.edge import Edge, EdgeListener, edge_for
 from gateway.keys import METRICS, RELOADER
 from gateway.log import configure_logging, get_logger
 
@@ -66,27 +65,21 @@ def _run(main: Coroutine[Any, Any, None], factory: LoopFactory | None) -> None:
 
 async def open_listeners(app: web.Application, config: GatewayConfig, host: str, port: int,
                          *, reuse_port: bool = False
-                         ) -> tuple[web.AppRunner, web.AppRunner | None, Edge]:
+                         ) -> tuple[EdgeListener, EdgeListener | None, Edge]:
     """``app`` served on ``host:port`` and, when configured, the admin listener, both behind
-    one :class:`~gateway.edge.Edge`. The caller cleans up both runners (admin last)."""
+    one :class:`~gateway.edge.Edge`. The caller cleans up both listeners (admin last)."""
     edge = edge_for(config.server, app[METRICS].edge_drops)
-    runner = EdgeRunner(app, edge, handler_cancellation=True, access_log=None,
-                        shutdown_timeout=config.server.shutdown_grace,
-                        # an unread body after the answer is read for at most this long
-                        lingering_time=min(10.0, config.server.body_timeout))
-    await runner.setup()
-    if config.server.http_layer == "fast":  # the app has started: its exchange env exists
-        assert runner.server is not None
-        runner.server.request_handler = chat_dispatch(app)
-        runner.use_lane(chat_lane(app))
-    site = web.TCPSite(runner, host, port, reuse_port=reuse_port or None, backlog=1024)
+    listener = EdgeListener(app, edge, handler_cancellation=True, access_log=None,
+                            shutdown_timeout=config.server.shutdown_grace,
+                            # an unread body after the answer is read for at most this long
+                            lingering_time=min(10.0, config.server.body_timeout))
+    await listener.start(host, port, reuse_port=reuse_port)
     try:
-        await site.start()
         admin = await start_admin_listener(app, config, host, reuse_port=reuse_port, edge=edge)
     except BaseException:  # e.g. the admin port is taken: nothing may be left listening
-        await runner.cleanup()
+        await listener.cleanup()
         raise
-    return runner, admin, edge
+    return listener, admin, edge
 
 
 async def serve_forever(config: GatewayConfig, config_path: str | None, host: str, port: int,
@@ -95,6 +88,8 @@ async def serve_forever(config: GatewayConfig, config_path: str | None, host: st
     """Serve until SIGTERM/SIGINT (or ``stop``); then stop accepting and let in-flight requests
     finish within ``server.shutdown_grace``."""
     log = get_logger()
+    for where, note in retired_settings({"server": config.server.model_dump(exclude_unset=True)}):
+        log.warning("retired_setting", setting=where, replaced_by=note)
     app = create_app(config, config_path=config_path)
     runner, admin, edge = await open_listeners(app, config, host, port, reuse_port=reuse_port)
     # What start-up built lives as long as the process: out of the collector's sight, so that a

@@ -1,8 +1,8 @@
-"""How a chat answer reaches the wire: ``server.http_layer`` ``fast`` (the router skipped for a
-chat path it has already routed, the answer written straight to the connection) against
-``aiohttp`` (aiohttp's router, middleware and response objects, the fallback). Both must put the
-same answer on the wire, keep HTTP/1.0 and keep-alive right, and answer pipelined requests in
-order. See gateway/exchange/sink.py and gateway/dispatch.py."""
+"""How a chat answer reaches the wire (gateway/exchange/sink.py, through aiohttp's response
+objects): the same answer each time it is asked, HTTP/1.0 and keep-alive kept right, pipelined
+requests answered in order, ``Expect: 100-continue``, and a stream cut by a gateway bug never
+passed off as a clean finish. ``server.http_layer: fast`` is retired and served as ``aiohttp``:
+both values are run, and must put the same answer on the wire."""
 
 from __future__ import annotations
 
@@ -15,22 +15,18 @@ from typing import Any
 import httptools
 import orjson
 import pytest
-from aiohttp.base_protocol import BaseProtocol
 from fakes import reader_for, sample_text
-from faults.harness import client_request, route_already_seen
+from faults.harness import client_request
 
 from gateway.app import create_app
 from gateway.config import parse_config
 from gateway.dialects import DIALECTS, names
-from gateway.dispatch import CHAT_PATHS
-from gateway.exchange.sink import _sent
 from gateway.server import open_listeners
 from gateway.upstream import MemoryResponse, MemoryTransport, UpstreamRequest
 
 Upstream = Callable[[UpstreamRequest], Awaitable[MemoryResponse]]
-LAYERS = ("lane", "fast", "aiohttp")
-"""``lane``: the fast layer with the route's paths already routed once, so that the first chat
-POST takes the short lane (gateway/lane.py)."""
+LAYERS = ("fast", "aiohttp")
+"""``server.http_layer``'s values: ``fast`` is retired, and must serve exactly as ``aiohttp``."""
 ORIGIN = "https://app.example"
 
 
@@ -78,7 +74,7 @@ async def _gateway(dialect: str, layer: str, streamed: Upstream | None = None
         return MemoryResponse(200, {"Content-Type": "application/json"}, whole)
 
     cfg = parse_config({
-        "server": {"http_layer": "fast" if layer == "lane" else layer, "admin": False,
+        "server": {"http_layer": layer, "admin": False,
                    "cors": {"allow_origins": [ORIGIN]}},
         "upstreams": {"up": {"dialect": dialect, "url": "http://up.invalid/chat",
                              "streaming": "never" if streamed is None else "auto"}},
@@ -86,8 +82,6 @@ async def _gateway(dialect: str, layer: str, streamed: Upstream | None = None
     }, env={})
     app = create_app(cfg, transport=MemoryTransport(streamed or upstream))
     runner, _, _ = await open_listeners(app, cfg, "127.0.0.1", 0)
-    if layer == "lane":
-        route_already_seen(app, dialect)
     try:
         yield runner.addresses[0][1], app
     finally:
@@ -154,37 +148,23 @@ def _comparable(a: Answer) -> tuple[int, dict[str, str], Any]:
     return a.status, headers, body
 
 
-def test_the_aiohttp_internals_the_direct_sink_leans_on() -> None:
-    """gateway/exchange/sink.py reads these; an aiohttp upgrade that moves them fails here."""
-    for keep in (True, False):
-        sent = _sent(keep)
-        assert sent.keep_alive is keep
-        # prepare and write_eof of an ended response return before they touch the request
-        assert asyncio.run(sent.prepare(None)) is None  # type: ignore[arg-type]
-        asyncio.run(sent.write_eof())
-    assert "_paused" in BaseProtocol.__slots__
-    assert asyncio.iscoroutinefunction(BaseProtocol._drain_helper)
-
-
 @pytest.mark.parametrize("dialect", names())
 @pytest.mark.parametrize("case", ["whole", "stream", "bad body", "GET", "bad method path"])
 async def test_both_layers_put_the_same_answer_on_the_wire(dialect: str, case: str) -> None:
-    """Status, headers (but ``Date``) and body are the same through either layer; asked twice,
-    so that the second request takes the fast layer's short way."""
+    """Status, headers (but ``Date``) and body are the same through either value of
+    ``http_layer``, and asked twice."""
     raw = {"whole": _request(dialect), "stream": _request(dialect, stream=True),
            "bad body": _request(dialect, body=b"{not json"),
            "GET": _request(dialect, method="GET"),
            "bad method path": _request(dialect).replace(b"/chat", b"/healthz", 1)}[case]
     seen: dict[str, list[tuple[int, dict[str, str], Any]]] = {}
     for layer in LAYERS:
-        async with _gateway(dialect, layer) as (port, app):
+        async with _gateway(dialect, layer) as (port, _app):
             for _ in range(2):
                 answers, closed = await _exchange(port, raw)
                 assert answers and answers[0].complete and not closed, (layer, answers)
                 assert case != "stream" or answers[0].body, "a stream with frames"
                 seen.setdefault(layer, []).append(_comparable(answers[0]))
-            if case in ("whole", "stream", "bad body"):
-                assert app[CHAT_PATHS].paths, "the router's choice of a chat path is kept"
     answers = [a for layer in LAYERS for a in seen[layer]]
     assert all(a == answers[0] for a in answers), seen
     status, headers, body = answers[0]
@@ -205,7 +185,7 @@ async def test_both_layers_put_the_same_answer_on_the_wire(dialect: str, case: s
 async def test_http_1_0_and_connection_close_are_kept(layer: str) -> None:
     dialect = names()[0]
     async with _gateway(dialect, layer) as (port, _):
-        for _ in range(2):  # the second one through the fast layer's short way
+        for _ in range(2):  # the connection's second request as its first
             # HTTP/1.0: closed after a whole answer unless the client asks to keep it
             (a,), closed = await _exchange(port, _request(dialect, version="1.0"), closes=True)
             assert a.status == 200 and "content-length" in a.headers and closed
@@ -242,7 +222,7 @@ async def test_expect_100_continue_is_answered_before_the_body(layer: str) -> No
     answer before it sends the body."""
     dialect = names()[0]
     async with _gateway(dialect, layer) as (port, _):
-        for _ in range(2):  # the second one where the fast layer would take its short way
+        for _ in range(2):
             raw = _request(dialect, extra=("Expect: 100-continue",))
             head, body = raw.split(b"\r\n\r\n", 1)
             reader, writer = await asyncio.open_connection("127.0.0.1", port)

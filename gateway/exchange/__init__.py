@@ -24,7 +24,7 @@ from gateway.exchange.attempts import AttemptContext, AttemptLog, run_attempts
 from gateway.exchange.client import Refused, read_chat_request, request_id_of
 from gateway.exchange.headers import upstream_headers
 from gateway.exchange.outcome import NONE, Outcome, outcome_of, record
-from gateway.exchange.sink import AiohttpSink, DirectSink, ResponseSink
+from gateway.exchange.sink import AiohttpSink, ResponseSink
 from gateway.forwarding import client_address
 from gateway.incoming import ClientRequest
 from gateway.metrics import Metrics
@@ -49,17 +49,10 @@ class Env:
     log: Any
     tracing: Tracing | None = None
     """OpenTelemetry, when configured (:mod:`gateway.tracing`); ``None`` costs nothing."""
-    direct: bool = False
-    """Answers to POSTs written straight to the connection (``server.http_layer: fast``, read
-    at start): :class:`~.sink.DirectSink`."""
 
 
 def sink_for(request: ClientRequest, env: Env, runtime: Runtime) -> ResponseSink:
-    """How this request's answer is written (:attr:`Env.direct`; a POST only, so that HEAD and
-    OPTIONS keep aiohttp's handling)."""
-    if env.direct and request.method == "POST":
-        return DirectSink(request, runtime.config.server.cors)
-    assert isinstance(request, web.BaseRequest)  # the lane's requests are direct POSTs
+    """How this request's answer is written: aiohttp's response objects."""
     return AiohttpSink(request)
 
 

@@ -10,7 +10,7 @@ from aiohttp import web
 from gateway.auth import accepted_key
 from gateway.canonical import ChatError, ChatRequest, random_hex
 from gateway.config import GatewayConfig
-from gateway.edge import BadBody, BodyTimeout
+from gateway.edge import BodyTimeout
 from gateway.errors import ParseError
 from gateway.incoming import ClientRequest
 from gateway.pipeline import parse_body
@@ -62,14 +62,10 @@ async def _read_body(request: ClientRequest, limit: int) -> bytes:
     except BodyTimeout:  # the edge's body_timeout (gateway.edge); it closes the connection
         raise Refused(ChatError(408, "the request body did not arrive in time",
                                 code="REQUEST_TIMEOUT"), {"Connection": "close"}) from None
-    except BadBody as e:  # its framing broke mid-body (gateway.edge); the edge closes after this
-        raise Refused(ChatError(400, f"the request body is malformed: {e}"),
-                      {"Connection": "close"}) from None
 
 
 def _too_large(limit: int) -> Refused:
-    # Built only when refused: a ChatError's dataclass __init__ is interpreted even in the
-    # compiled build, and the message is formatted, on every request that builds one.
+    # Built only when refused: the message is formatted on every request that builds one.
     return Refused(ChatError(413, f"the request body is over {limit} bytes",
                              code="PAYLOAD_TOO_LARGE"))
 

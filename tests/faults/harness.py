@@ -28,7 +28,6 @@ from gateway.canonical import (
 )
 from gateway.config import GatewayConfig, parse_config
 from gateway.dialects import Dialect
-from gateway.dispatch import CHAT_PATHS
 from gateway.exchange import serve
 from gateway.framing import SniffingReader, encoder_for
 from gateway.keys import TRANSPORT
@@ -118,13 +117,6 @@ def client_request(client: str, stream: bool, path: str = "/chat", text: str = "
                                               messages=messages)
     assert isinstance(body, dict)
     return path, body, headers
-
-
-def route_already_seen(app: web.Application, client: str) -> None:
-    """``client``'s request paths (whole and streamed) as if aiohttp's router had already sent a
-    POST there, so that the next ones take the chat routes' short lane (gateway/lane.py)."""
-    for stream in (False, True):
-        app[CHAT_PATHS].add(client_request(client, stream)[0])
 
 
 def codes_errors_by_status(dialect: Dialect) -> bool:
