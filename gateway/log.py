@@ -15,11 +15,33 @@ import orjson
 import structlog
 from structlog.typing import EventDict, Processor
 
-__all__ = ["add_exc_fields", "configure_logging", "get_logger", "redact_url"]
+__all__ = ["add_exc_fields", "configure_logging", "get_logger", "redact_url", "valid_text"]
 
 
 def _dumps(obj: Any, **_: Any) -> str:
-    return orjson.dumps(obj, default=str).decode()
+    try:
+        return orjson.dumps(obj, default=str).decode()
+    except TypeError:
+        # A string with a lone surrogate: aiohttp decodes header bytes that are not UTF-8 with
+        # surrogateescape (``User-Agent: caf\xe9``), and a log line must not fail on them.
+        return orjson.dumps(valid_text(obj), default=str).decode()
+
+
+def valid_text(value: Any) -> Any:
+    """``value`` with every string made valid UTF-8 (an undecodable byte becomes U+FFFD), in
+    dicts, lists and tuples too."""
+    if isinstance(value, str):
+        if value.isascii():
+            return value
+        try:
+            return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        except UnicodeEncodeError:  # a surrogate that stands for no byte
+            return value.encode("utf-8", "replace").decode("utf-8")
+    if isinstance(value, dict):
+        return {valid_text(k): valid_text(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [valid_text(v) for v in value]
+    return value
 
 
 def _exception_of(exc_info: Any) -> BaseException | None:

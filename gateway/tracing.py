@@ -37,7 +37,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from yarl import URL
 
 from gateway.incoming import ClientRequest
-from gateway.log import redact_url
+from gateway.log import redact_url, valid_text
 from gateway.tracing_settings import DEFAULT_SERVICE_NAME, TracingSettings
 from gateway.worker_status import version
 
@@ -105,7 +105,7 @@ class RequestTrace:
         attributes: dict[str, Any] = {
             "http.request.method": request.method,
             "http.route": route,
-            "url.path": request.path,
+            "url.path": valid_text(request.path),
             "url.scheme": request.scheme,
             "network.protocol.version": f"{request.version.major}.{request.version.minor}",
             "gen_ai.operation.name": OPERATION,
@@ -114,7 +114,7 @@ class RequestTrace:
         }
         agent = request.headers.get("User-Agent")
         if agent:
-            attributes["user_agent.original"] = agent
+            attributes["user_agent.original"] = valid_text(agent)  # OTLP refuses surrogates
         self.server: Span = tracing.tracer.start_span(
             f"{request.method} {route}", context=parent, kind=SpanKind.SERVER,
             attributes=attributes)
