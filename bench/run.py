@@ -418,7 +418,7 @@ WORKERS_SCALE = 1.7
 LEGEND = """\
 x pt: req/s over the pass-through's to the same upstream (same scenario, concurrency, mode).
 x lfl: the same over the like-for-like pass-through's (bench/passthrough_fast.py: the gateway's
-  event loop and upstream client, so that only the gateway's own work differs).
+  upstream client on the same loop, so that only the gateway's own work differs).
 p50ms/p99ms: request start to last byte; ttfb50/ttfb99: to the first body byte (streams).
 err: errors over all repetitions (non-200, transport error, or text that does not reassemble).
 ovh us: the gateway's gateway_overhead_seconds histogram over the window (mean; p50/p99
