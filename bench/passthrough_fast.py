@@ -1,13 +1,13 @@
-"""The like-for-like baseline: bench/passthrough.py's proxy on the gateway's own event loop
-(uvloop), upstream client (``gateway.upstream.FastTransport``) and collector thresholds
-(``gateway.server.GC_THRESHOLDS``). Bytes in, bytes out.
+"""The like-for-like baseline: bench/passthrough.py's proxy with the gateway's own upstream
+client (``gateway.upstream.FastTransport``) and collector thresholds
+(``gateway.server.GC_THRESHOLDS``), on the same event loop. Bytes in, bytes out.
 
-    python bench/passthrough_fast.py --port 9201 --upstream http://127.0.0.1:9100
+    python bench/passthrough_fast.py --port 9201 --upstream http://127.0.0.1:9100 [--loop uvloop]
 
-bench/passthrough.py stays the yardstick the targets are measured against, unchanged so that
-figures compare across time. This one answers another question: with the event loop and the
-upstream hop the same on both sides, what does the gateway's own work (parsing, translating,
-accounting) cost? Its ratio is reported as ``x lfl``.
+bench/passthrough.py is the yardstick the targets are measured against. This one answers another
+question: with the upstream hop the same on both sides too, what does the gateway's own work
+(parsing, translating, accounting) cost? Its ratio is reported as ``x lfl``. ``--loop`` as
+bench/passthrough.py's (uvloop by default); bench/run.py gives all three servers the same one.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import argparse
 import gc
 from collections.abc import AsyncIterator
 
-import uvloop
 from aiohttp import web
+from passthrough import LOOPS, new_loop
 
 from gateway.server import GC_THRESHOLDS
 from gateway.upstream import FastTransport, UpstreamRequest, UpstreamResponse
@@ -72,10 +72,12 @@ def main() -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--upstream", required=True, help="scheme://host:port, no path")
+    p.add_argument("--loop", choices=LOOPS, default="uvloop",
+                   help="the event loop, as the gateway's --loop (default: %(default)s)")
     args = p.parse_args()
     web.run_app(make_app(args.upstream.rstrip("/")), host=args.host, port=args.port,
                 access_log=None, print=lambda *_: print("passthrough ready", flush=True),
-                backlog=1024, loop=uvloop.new_event_loop())
+                backlog=1024, loop=new_loop(args.loop))
 
 
 if __name__ == "__main__":

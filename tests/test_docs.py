@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -53,3 +54,89 @@ def test_docs_name_only_files_the_repo_has() -> None:
     assert len(named) > 10, named  # the pattern still finds what the docs link to
     missing = {path: sorted(docs) for path, docs in named.items() if not (ROOT / path).exists()}
     assert not missing, missing
+
+
+# --- docs/performance.md, the README's performance section and bench/results/ ------------------
+
+_PERF = ROOT / "docs/performance.md"
+_RETIRED = re.compile(r"bench-compiled|http_layer|DirectSink|mypyc|\blane\b|make compiled",
+                      re.I)
+
+
+def _section(text: str, heading: str) -> str:
+    start = text.index(heading)
+    end = text.find("\n## ", start + len(heading))
+    return text[start:] if end < 0 else text[start:end]
+
+
+def test_performance_doc_is_a_doc_not_a_diary() -> None:
+    text = _PERF.read_text()
+    assert len(text.splitlines()) < 300
+    assert not _RETIRED.findall(text), _RETIRED.findall(text)
+    # a git hash of one run belongs in bench/results/, not in the doc's prose
+    assert not re.findall(r"\bgit [0-9a-f]{7}\b", text)
+
+
+def test_performance_doc_names_only_run_py_flags_that_exist() -> None:
+    source = (ROOT / "bench/run.py").read_text()
+    flags = set(re.findall(r'add_argument\(\s*"(--[\w-]+)"', source))
+    running = _section(_PERF.read_text(), "## Running it")
+    named = set(re.findall(r"`(--[\w-]+)", running))
+    assert named, "the flag table is gone"
+    assert named <= flags, named - flags
+    assert "--loop" in named  # the yardstick's loop is a choice the reader must know of
+
+
+def test_performance_targets_are_the_ones_run_py_checks() -> None:
+    source = (ROOT / "bench/run.py").read_text()
+    throughput = re.search(r"^THROUGHPUT = \{(.*?)\}", source, re.S | re.M)
+    assert throughput
+    limits = dict(re.findall(r'\("\w+", "(whole|stream)"\): ([\d.]+)', throughput[1]))
+    assert limits == {"whole": "0.65", "stream": "0.8"}  # identity and translating alike
+    targets = _section(_PERF.read_text(), "## Targets")
+    assert f"≥ {limits['whole']}x whole" in targets
+    assert f"≥ {limits['stream']}x streamed" in targets
+
+
+def test_performance_doc_keeps_the_latest_run_rows() -> None:
+    latest = _section(_PERF.read_text(), "## Latest run")
+    table = [r.split("|")[1:-1] for r in latest.splitlines() if r.startswith("| ")]
+    rows = [cells[0].strip() for cells in table]
+    assert rows[1:] == ["identity whole", "identity streamed", "translating whole",
+                        "translating streamed", "first byte added p50 / p99",
+                        "RSS under 128 streams"]
+    assert "uvloop pass-through" in table[0][1] and "target" in table[0][2]
+    assert "≥ 0.65x" in latest and "≥ 0.8x" in latest
+
+
+def test_readme_performance_is_one_table_and_one_paragraph() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert not _RETIRED.findall(readme), _RETIRED.findall(readme)
+    perf = _section(readme, "## Performance")
+    tables = re.findall(r"(?:^\|.*\n)+", perf, re.M)
+    assert len(tables) == 1
+    head, _, *rows = tables[0].splitlines()
+    assert [c.strip() for c in head.strip("|").split("|")][1:] == [
+        "gateway", "uvloop pass-through", "nginx", "Portkey", "LiteLLM"]
+    assert [r.split("|")[1].strip() for r in rows] == [
+        "translating, whole", "translating, streamed", "identity, whole", "identity, streamed"]
+    prose = [p for p in perf.split("\n\n")[1:] if p.strip() and not p.startswith("|")]
+    assert len(prose) == 1 and "docs/performance.md" in prose[0]
+
+
+def test_bench_results_history_is_data() -> None:
+    results = ROOT / "bench/results"
+    assert len((results / "README.md").read_text().splitlines()) <= 10
+    files = sorted(results.glob("history-*.json"))
+    assert len(files) > 20
+    runs = []
+    for path in files:
+        run = json.loads(path.read_text())
+        assert run["git"] and path.stem.endswith(run["git"]), path
+        assert path.name.startswith(f"history-{run['sequence']:02d}-")
+        if "rows" in run:
+            assert run["rows"] and all(len(r) == len(run["columns"]) for r in run["rows"]), path
+            assert all(len(t) == len(run["target_columns"]) for t in run["targets"]), path
+        if run["run"] is not None:
+            runs.append(run["run"])
+    assert runs == sorted(runs)  # the files' order is the runs' order
