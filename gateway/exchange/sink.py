@@ -63,9 +63,7 @@ class AiohttpSink:
 
     async def finish(self, last: bytes = b"") -> None:
         assert self._response is not None
-        if last:
-            await self._response.write(last)
-        await self._response.write_eof()
+        await self._response.write_eof(last)  # the last frames and the last chunk in one write
 
     def cut(self) -> web.StreamResponse:
         # Closed first: aiohttp's write_eof then fails on the closing transport (a client gone,
