@@ -20,6 +20,7 @@ from gateway.cors import cors_headers
 from gateway.edge import BodyTimeout, edge_middleware
 from gateway.errors import ConfigError, UpstreamError
 from gateway.exchange import Env
+from gateway.exchange.sink import AiohttpSink, SinkFactory
 from gateway.keys import (
     BALANCER,
     ENV,
@@ -50,12 +51,14 @@ __all__ = ["create_app"]
 def create_app(config: GatewayConfig, *, config_path: str | Path | None = None,
                metrics: Metrics | None = None,
                transport: Transport | None = None,
-               tracing: Tracing | None = None) -> web.Application:
+               tracing: Tracing | None = None,
+               sink: SinkFactory = AiohttpSink) -> web.Application:
     """``transport``: how upstreams are reached (default: the client ``server.upstream_client``
     names, opened and closed with the app); a test passes a
     :class:`~gateway.upstream.MemoryTransport`. ``tracing``: where spans go (default: as the
     config's ``tracing`` section and the ``OTEL_*`` variables say, or nowhere); a test passes one
-    with the SDK's in-memory exporter."""
+    with the SDK's in-memory exporter. ``sink``: how answers are written (a test passes one that
+    watches them, :mod:`gateway.exchange.sink`)."""
     # A bound logger, not structlog's lazy proxy: the proxy rebuilds itself on every call (about
     # 3 µs even for a filtered-out event), and every request logs. Logging is configured before
     # an app is created (serve, and the tests that capture logs).
@@ -109,7 +112,7 @@ def create_app(config: GatewayConfig, *, config_path: str | Path | None = None,
 
     app[RELOADER] = noted_reload
     app.cleanup_ctx.append(_tracing)
-    app.cleanup_ctx.append(_transport(transport, config.server.upstream_client))
+    app.cleanup_ctx.append(_transport(transport, config.server.upstream_client, sink))
     app.cleanup_ctx.append(_health_checks)
     app.cleanup_ctx.append(status.publish)
     app.on_response_prepare.append(_cors)
@@ -124,12 +127,13 @@ def create_app(config: GatewayConfig, *, config_path: str | Path | None = None,
     return app
 
 
-def _transport(given: Transport | None, client: Literal["fast", "aiohttp"]) -> Any:
+def _transport(given: Transport | None, client: Literal["fast", "aiohttp"],
+               sink: SinkFactory) -> Any:
     async def ctx(app: web.Application) -> AsyncIterator[None]:
         transport = given or make_transport(client)
         app[TRANSPORT] = transport
         app[ENV] = Env(transport, app[METRICS], app[BALANCER], app[RECENT], app[LOG],
-                       app[TRACING])
+                       app[TRACING], sink)
         try:
             yield
         finally:

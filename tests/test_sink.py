@@ -15,12 +15,14 @@ from typing import Any
 import httptools
 import orjson
 import pytest
+from aiohttp import web
 from fakes import reader_for, sample_text
 from faults.harness import client_request
 
 from gateway.app import create_app
 from gateway.config import parse_config
 from gateway.dialects import DIALECTS, names
+from gateway.exchange.sink import AiohttpSink
 from gateway.server import open_listeners
 from gateway.upstream import MemoryResponse, MemoryTransport, UpstreamRequest
 
@@ -64,8 +66,8 @@ def _parse(raw: bytes, n: int = 1) -> list[Answer]:
 
 
 @asynccontextmanager
-async def _gateway(dialect: str, layer: str, streamed: Upstream | None = None
-                   ) -> AsyncIterator[tuple[int, Any]]:
+async def _gateway(dialect: str, layer: str, streamed: Upstream | None = None,
+                   sink: Any = AiohttpSink) -> AsyncIterator[tuple[int, Any]]:
     """A gateway on ``layer`` with one route of ``dialect`` to an upstream of the same dialect
     that answers whole (a stream is bridged), or ``streamed`` (which then streams)."""
     whole = orjson.dumps(DIALECTS[dialect].samples.responses["text"])
@@ -80,7 +82,7 @@ async def _gateway(dialect: str, layer: str, streamed: Upstream | None = None
                              "streaming": "never" if streamed is None else "auto"}},
         "routes": [{"path": "/chat", "dialect": dialect, "upstream": "up"}],
     }, env={})
-    app = create_app(cfg, transport=MemoryTransport(streamed or upstream))
+    app = create_app(cfg, transport=MemoryTransport(streamed or upstream), sink=sink)
     runner, _, _ = await open_listeners(app, cfg, "127.0.0.1", 0)
     try:
         yield runner.addresses[0][1], app
@@ -269,22 +271,18 @@ class _SpySink:
         return self._inner.response()
 
 
-def _spy_sinks(monkeypatch: pytest.MonkeyPatch, on_write: Callable[[bytes], None],
-               on_finish: Callable[[bytes], None]) -> None:
-    """Every exchange's sink (``gateway.exchange.sink_for``) watched by a :class:`_SpySink`."""
-    import gateway.exchange as exchange
+def _spy_sinks(on_write: Callable[[bytes], None], on_finish: Callable[[bytes], None]) -> Any:
+    """A sink factory for :func:`gateway.app.create_app`: every exchange's sink watched by a
+    :class:`_SpySink`."""
 
-    made = exchange.sink_for
+    def sink(request: web.BaseRequest) -> Any:
+        return _SpySink(AiohttpSink(request), on_write, on_finish)
 
-    def sink_for(*args: Any) -> Any:
-        return _SpySink(made(*args), on_write, on_finish)
-
-    monkeypatch.setattr(exchange, "sink_for", sink_for)
+    return sink
 
 
 @pytest.mark.parametrize("layer", LAYERS)
-async def test_a_gateway_bug_after_the_stream_began_cuts_it(
-        layer: str, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_gateway_bug_after_the_stream_began_cuts_it(layer: str) -> None:
     """Never passed off as a clean finish: no last chunk, the connection closed."""
     calls = 0
 
@@ -294,9 +292,9 @@ async def test_a_gateway_bug_after_the_stream_began_cuts_it(
         if calls == 2:
             raise RuntimeError("a bug in the gateway")
 
-    _spy_sinks(monkeypatch, failing, lambda last: None)
+    sink = _spy_sinks(failing, lambda last: None)
     dialect = names()[0]
-    async with _gateway(dialect, layer) as (port, _):
+    async with _gateway(dialect, layer, sink=sink) as (port, _):
         (a,), closed = await _exchange(port, _request(dialect, stream=True), closes=True)
     assert a.status == 200 and a.body and not a.complete and closed, (a, closed)
 
@@ -304,13 +302,13 @@ async def test_a_gateway_bug_after_the_stream_began_cuts_it(
 @pytest.mark.parametrize("layer", LAYERS)
 @pytest.mark.parametrize("dialect", names())
 async def test_a_stream_that_arrives_with_its_end_goes_out_in_one_write(
-        dialect: str, layer: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        dialect: str, layer: str) -> None:
     """When the upstream's last read also brought the body's end, its frames go out with the
     stream's end, in one write; with the last frame in a read of its own, the first read's
     frames go out at once. The client reads the same answer either way."""
     writes: list[bytes] = []
     finishes: list[bytes] = []
-    _spy_sinks(monkeypatch, writes.append, finishes.append)
+    sink = _spy_sinks(writes.append, finishes.append)
     sample = DIALECTS[dialect].samples.streams["text"]
     last = _last_frame_start(dialect, sample)
     texts = []
@@ -321,7 +319,7 @@ async def test_a_stream_that_arrives_with_its_end_goes_out_in_one_write(
         async def upstream(req: UpstreamRequest, body: list[bytes] = pieces) -> MemoryResponse:
             return MemoryResponse(200, {"Content-Type": _stream_type(dialect)}, body)
 
-        async with _gateway(dialect, layer, upstream) as (port, _):
+        async with _gateway(dialect, layer, upstream, sink) as (port, _):
             (a,), closed = await _exchange(port, _request(dialect, stream=True))
         assert a.status == 200 and a.complete and not closed, a
         texts.append(reader_for(dialect).read_stream(bytes(a.body)).text)

@@ -24,7 +24,7 @@ from gateway.exchange.attempts import AttemptContext, AttemptLog, run_attempts
 from gateway.exchange.client import Refused, read_chat_request, request_id_of
 from gateway.exchange.headers import upstream_headers
 from gateway.exchange.outcome import NONE, Outcome, outcome_of, record
-from gateway.exchange.sink import AiohttpSink, ResponseSink
+from gateway.exchange.sink import AiohttpSink, ResponseSink, SinkFactory
 from gateway.forwarding import client_address
 from gateway.incoming import ClientRequest
 from gateway.metrics import Metrics
@@ -35,7 +35,7 @@ from gateway.upstream import Transport
 if TYPE_CHECKING:
     from gateway.tracing import Tracing
 
-__all__ = ["Env", "error_response", "serve", "sink_for", "unrouted"]
+__all__ = ["Env", "SinkFactory", "error_response", "serve", "unrouted"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,11 +49,8 @@ class Env:
     log: Any
     tracing: Tracing | None = None
     """OpenTelemetry, when configured (:mod:`gateway.tracing`); ``None`` costs nothing."""
-
-
-def sink_for(request: ClientRequest, env: Env, runtime: Runtime) -> ResponseSink:
-    """How this request's answer is written: aiohttp's response objects."""
-    return AiohttpSink(request)
+    sink: SinkFactory = AiohttpSink
+    """How each answer is written (:mod:`.sink`); a test passes one that watches or fails."""
 
 
 async def serve(request: ClientRequest, env: Env, runtime: Runtime,
@@ -63,7 +60,7 @@ async def serve(request: ClientRequest, env: Env, runtime: Runtime,
     started = time.perf_counter()
     request_id = request_id_of(request)
     trace = env.tracing.begin(request, entry) if env.tracing is not None else None
-    sink = sink_for(request, env, runtime)
+    sink = env.sink(request)
     answerer = Answerer(sink, entry, request_id)
     attempts = AttemptLog()
     inflight = env.metrics.inflight.labels(entry.config.path)

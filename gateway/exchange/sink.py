@@ -10,11 +10,12 @@ A client gone shows as :class:`ConnectionError` from ``whole``, ``start``, ``wri
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Callable
+from typing import Protocol, TypeAlias
 
 from aiohttp import web
 
-__all__ = ["AiohttpSink", "ResponseSink"]
+__all__ = ["AiohttpSink", "ResponseSink", "SinkFactory"]
 
 
 class ResponseSink(Protocol):
@@ -77,3 +78,7 @@ class AiohttpSink:
     def response(self) -> web.StreamResponse:
         assert self._response is not None
         return self._response
+
+
+SinkFactory: TypeAlias = Callable[[web.BaseRequest], ResponseSink]
+"""What makes a request's sink: :class:`AiohttpSink` itself, or a test's."""
