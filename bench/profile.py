@@ -13,7 +13,7 @@ while ``--concurrency`` clients load one route, and prints:
   prometheus_client, ...): the split the performance notes quote;
 * the gateway lines that cost most, each with the library time spent under it;
 * the gateway's CPU per request split by stage (:data:`STAGES`): the server (aiohttp's, and the
-  gateway's own writes of the answer), the upstream hop (the transport), translation (pipeline,
+  gateway's sink, CORS and client edge around it), the upstream hop (the transport), translation (pipeline,
   dialects, framing), accounting (the outcome record, metrics, logs), the exchange's own glue,
   and the event loop: each sample goes
   to the stage of its deepest frame that belongs to one, and the stage's share of the samples
@@ -67,10 +67,9 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
                      "gateway/carry.py", "gateway/canonical.py")),
     ("upstream hop", ("gateway/upstream/", "aiohttp/client", "aiohttp/connector.py",
                       "httptools/")),
-    # the sink writes the answer to the socket, the dispatch is the router's short way and the
-    # lane parses the chat POSTs: server work, whoever does it (``server.http_layer``)
-    ("server", ("gateway/exchange/sink.py", "gateway/dispatch.py", "gateway/cors.py",
-                "gateway/lane.py", "gateway/edge.py")),
+    # the gateway's own modules around aiohttp's server (the answer's sink, CORS, the client
+    # edge) are server work, not the exchange's: matched before the exchange's glue
+    ("server", ("gateway/exchange/sink.py", "gateway/cors.py", "gateway/edge.py")),
     ("exchange glue", ("gateway/exchange/", "gateway/balancer.py", "gateway/handlers.py",
                        "gateway/app.py", "gateway/runtime.py")),
     ("server", ("aiohttp/",)),
@@ -95,9 +94,9 @@ _COMPILED_PATH = {
     "carry": "gateway/carry.py", "framing": "gateway/framing/__init__.py",
     "jsonlines": "gateway/framing/jsonlines.py", "sse": "gateway/framing/sse.py",
     "template": "gateway/framing/template.py", "named_event": "gateway/framing/named_event.py",
-    # the per-request path, compiled since git 66e7724: without these its frames went down as
-    # a dialect's, i.e. translation (run 11's explanation, docs/performance.md)
-    "lane": "gateway/lane.py", "sink": "gateway/exchange/sink.py",
+    # the per-request path: unlisted, a module's frames would go down as a dialect's, i.e.
+    # translation
+    "sink": "gateway/exchange/sink.py",
     "outcome": "gateway/exchange/outcome.py", "answer": "gateway/exchange/answer.py",
     "attempts": "gateway/exchange/attempts.py", "client": "gateway/exchange/client.py",
     "headers": "gateway/exchange/headers.py", "call": "gateway/upstream/call.py",
