@@ -13,11 +13,11 @@ while ``--concurrency`` clients load one route, and prints:
   prometheus_client, ...): the split the performance notes quote;
 * the gateway lines that cost most, each with the library time spent under it;
 * the gateway's CPU per request split by stage (:data:`STAGES`): the server (aiohttp's, and the
-  gateway's sink, CORS and client edge around it), the upstream hop (the transport), translation (pipeline,
-  dialects, framing), accounting (the outcome record, metrics, logs), the exchange's own glue,
-  and the event loop: each sample goes
-  to the stage of its deepest frame that belongs to one, and the stage's share of the samples
-  times the CPU the gateway spent per request in the measured window gives its microseconds.
+  gateway's sink, CORS and client edge around it), the upstream hop (the transport),
+  translation (pipeline, dialects, framing), accounting (the outcome record, metrics, logs), the
+  exchange's own glue, and the event loop: each sample goes to the stage of its deepest frame
+  that belongs to one, and the stage's share of the samples times the CPU the gateway spent per
+  request in the measured window gives its microseconds.
 
 ``--gateway-cmd`` starts another build (as in ``bench/run.py``), e.g. the compiled one:
 ``--gateway-cmd "env -C .compiled .venv/bin/python -m gateway"``. Its compiled modules run as C,
