@@ -140,3 +140,40 @@ def test_bench_results_history_is_data() -> None:
         if run["run"] is not None:
             runs.append(run["run"])
     assert runs == sorted(runs)  # the files' order is the runs' order
+
+
+# --- docs/reliability.md and bench/results/soak-history.md -------------------------------------
+
+_RELIABILITY = ROOT / "docs/reliability.md"
+
+
+def test_reliability_doc_is_a_doc_not_a_diary() -> None:
+    """Guarantees, their tests and one soak table; the earlier soaks are data. The retired server
+    side is named only where the latest soak says what it measured."""
+    text = _RELIABILITY.read_text()
+    assert len(text.splitlines()) < 350
+    assert not re.findall(r"\bgit [0-9a-f]{7}\b", text)
+    soak = _section(text, "## Load and soak")
+    assert soak.count("| streams completed |") == 1
+    latest = soak[soak.index("### Latest soak"):]
+    outside = text.replace(latest, "")
+    assert not _RETIRED.findall(outside), _RETIRED.findall(outside)
+    assert "bench/results/soak-history.md" in latest
+    history = (ROOT / "bench/results/soak-history.md").read_text()
+    assert history.count("| streams completed |") > 10
+    assert re.findall(r"\| streams completed \|.*", latest) == \
+        re.findall(r"\| streams completed \|.*", history)[-1:]  # the latest is the last run
+
+
+def test_reliability_doc_names_what_the_code_and_tests_have() -> None:
+    """Every ``test_...`` the doc cites is a test of the suite, and the edge's names it uses are
+    gateway/edge.py's."""
+    text = _RELIABILITY.read_text()
+    suite = "\n".join(p.read_text() for p in (ROOT / "tests").rglob("test_*.py"))
+    cited = set(re.findall(r"\b(test_\w+)`", text))
+    assert len(cited) > 10
+    missing = {name for name in cited if not re.search(rf"def {name}\(", suite)}
+    assert not missing, missing
+    edge = (ROOT / "gateway/edge.py").read_text()
+    for name in ("EdgeConnection", "edge_middleware", "EdgeListener", "BadRequestLog"):
+        assert name in text and re.search(rf"^(class|async def|def) {name}\b", edge, re.M), name
