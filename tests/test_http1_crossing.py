@@ -1,11 +1,19 @@
 """No client may ever read another client's answer: hundreds of concurrent streams through
 :class:`~gateway.upstream.fast_transport.FastTransport`, on real loopback sockets, against an
-upstream that misbehaves at random (seeded) in the ways that once crossed answers: stray bytes
-after a chunked stream's end (late, or glued to it), an early close, slow pieces.
+upstream that misbehaves at random (seeded) in the ways that once crossed answers: a stream's
+end that comes after its reader stopped (so the pool drains it), followed by stray bytes (glued
+to it, or written a moment later), stray line ends, an early close, slow pieces.
 
 Every request carries an id the upstream echoes in its head and in every piece of its answer; a
 stray answer the upstream writes carries another request's id. Each client must get exactly its
-own bytes (all of them, or a prefix of them and then a clean :class:`UpstreamError`).
+own bytes (a prefix of them that holds its finish, or a prefix and then a clean
+:class:`UpstreamError`).
+
+Stray bytes that arrive only after the next request was written on the connection are not among
+the misbehaviours: no HTTP/1.1 client can tell them from that request's answer (aiohttp's
+client, reading every answer to its end, crossed 76 of 300 answers so). Bytes that arrive while
+a connection is idle, or are already waiting when it is taken for a request, are; the tests of
+:mod:`tests.test_http1_connection` feed each case at every byte boundary.
 """
 
 from __future__ import annotations
@@ -25,7 +33,8 @@ pytestmark = pytest.mark.filterwarnings("ignore:Overriding the \"event_loop_poli
 
 REQUESTS = 300
 SEED = 20240611
-BEHAVIOURS = ("clean", "late-stray", "glued-stray", "crlf-stray", "early-close", "slow")
+BEHAVIOURS = ("clean", "glued-stray", "next-stray", "crlf-stray", "partial-stray",
+              "length-stray", "early-close", "slow")
 
 
 @pytest.fixture(scope="module", params=["asyncio", "uvloop"])
@@ -117,9 +126,20 @@ class MisbehavingUpstream:
         other = self.seen[self.rng.randrange(len(self.seen))] if self.seen else "nobody"
         if other == rid:
             other = f"{rid}-impostor"
+        pieces = pieces_for(rid)
+        if how == "length-stray":
+            body = b"".join(pieces)
+            writer.write((f"HTTP/1.1 200 OK\r\nX-Id: {rid}\r\nContent-Type: text/event-stream"
+                          f"\r\nContent-Length: {len(body)}\r\n\r\n").encode())
+            cut = len(b"".join(pieces[:4]))
+            writer.write(body[:cut])
+            await writer.drain()
+            await asyncio.sleep(self.rng.random() * 0.004)  # the reader stops meanwhile
+            writer.write(body[cut:] + stray_answer(other))
+            await writer.drain()
+            return True
         writer.write((f"HTTP/1.1 200 OK\r\nX-Id: {rid}\r\nContent-Type: text/event-stream\r\n"
                       f"Transfer-Encoding: chunked\r\n\r\n").encode())
-        pieces = pieces_for(rid)
         for k, piece in enumerate(pieces):
             if how == "early-close" and k == 2:
                 writer.write(chunk(piece)[:5])
@@ -127,6 +147,7 @@ class MisbehavingUpstream:
                 return False
             writer.write(chunk(piece))
             if how == "slow" or k == 3:
+                # after the finish, always a pause: the reader stops, and the end comes late
                 await writer.drain()
                 await asyncio.sleep(self.rng.random() * 0.004)
         end = b"0\r\n\r\n"
@@ -134,10 +155,12 @@ class MisbehavingUpstream:
             writer.write(end + stray_answer(other))
         elif how == "crlf-stray":
             writer.write(end + b"\r\n")
-        elif how == "late-stray":
+        elif how == "partial-stray":
+            writer.write(end + stray_answer(other)[:self.rng.randrange(1, 40)])
+        elif how == "next-stray":
             writer.write(end)
             await writer.drain()
-            await asyncio.sleep(self.rng.random() * 0.003)
+            await asyncio.sleep(0)
             writer.write(stray_answer(other))
         else:
             writer.write(end)
@@ -179,14 +202,14 @@ async def test_no_client_ever_reads_another_clients_answer() -> None:
             failed = 0
             for rid, (said, body, error) in zip(ids, results, strict=True):
                 own = b"".join(pieces_for(rid))
-                whole = b"".join(pieces_for(rid)[:4])  # up to and with the finish
                 if error is not None:
                     failed += 1
                     if said not in ("", rid) or not own.startswith(body):
                         crossed.append((rid, said, body[:80], error))
-                elif said != rid or body != whole:
+                elif said != rid or not own.startswith(body) or b"finish" not in body:
                     crossed.append((rid, said, body[:80], error))
-            assert crossed == [], f"{len(crossed)} answers crossed: {crossed[:5]}"
+            kinds = sorted({upstream.behaviours[c[0]] for c in crossed})
+            assert crossed == [], f"{len(crossed)} answers crossed ({kinds}): {crossed[:5]}"
             # the misbehaviours were exercised, and most requests got a whole answer
             assert set(upstream.behaviours.values()) == set(BEHAVIOURS)
             assert failed < REQUESTS // 2, failed

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
 from gateway.errors import UpstreamError
-from gateway.upstream.http1 import Http1Connection, Http1Response
+from gateway.upstream.http1 import Http1Connection, Http1Response, State
 from gateway.upstream.transport import UpstreamRequest
 
 __all__ = ["IDLE_SECONDS", "FastTransport"]
@@ -151,7 +151,7 @@ class _Pool:
         """The most recently used idle connection that can still carry a request."""
         while self.idle:
             conn = self.idle.pop()
-            if (not conn.lost and not _expired(conn, now) and conn.transport is not None
+            if (conn.state is State.IDLE and not _expired(conn, now) and conn.transport is not None
                     and not conn.transport.is_closing() and not _readable(conn.fd)):
                 return conn
             self.gone(conn)
@@ -227,6 +227,17 @@ class FastTransport:
             conn = pool.pooled(time.monotonic())
             if conn is None:
                 conn = await self._new(pool, target, request.connect_timeout, deadline)
+                if conn.state is not State.IDLE or (conn.uses and _readable(conn.fd)):
+                    # Closed, or sent bytes nobody asked for, while it was opened or handed
+                    # over (the check pooled() makes): nothing was written to it, so another
+                    # connection is safe, once.
+                    conn.abort()
+                    pool.gone(conn)
+                    if retried:
+                        raise UpstreamError("connect", "the upstream closed the connection "
+                                                       "before the request was sent")
+                    retried = True
+                    continue
             self._busy += 1
             try:
                 head = conn.begin(data)
