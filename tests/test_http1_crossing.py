@@ -40,7 +40,8 @@ BEHAVIOURS = ("clean", "glued-stray", "next-stray", "crlf-stray", "partial-stray
 @pytest.fixture(scope="module", params=["asyncio", "uvloop"])
 def event_loop_policy(request: pytest.FixtureRequest) -> asyncio.AbstractEventLoopPolicy:
     if request.param == "uvloop":
-        return uvloop.EventLoopPolicy()
+        policy: asyncio.AbstractEventLoopPolicy = uvloop.EventLoopPolicy()
+        return policy
     return asyncio.DefaultEventLoopPolicy()
 
 
@@ -198,7 +199,7 @@ async def test_no_client_ever_reads_another_clients_answer() -> None:
             ids = [f"req{n:04d}x" for n in range(REQUESTS)]
             async with asyncio.timeout(30):
                 results = await asyncio.gather(*(one(transport, url, rid) for rid in ids))
-            crossed = []
+            crossed: list[tuple[str, str, bytes, str | None]] = []
             failed = 0
             for rid, (said, body, error) in zip(ids, results, strict=True):
                 own = b"".join(pieces_for(rid))
