@@ -23,6 +23,14 @@ What it keeps of a general-purpose client, and why each guarantee holds:
 * **Release on every path**: a response closed before its end, failed, or whose reading task
   was cancelled closes its connection; only a complete, keep-alive response goes back to the
   pool.
+* **No answer crosses to another request**: a connection goes back to the pool only when its
+  answer ended exactly at the end of a read with nothing after it (decided once the whole read
+  was parsed, :mod:`gateway.upstream.http1`); a byte nobody asked for, in that read or later,
+  closes it, and one taken from the pool or handed over by another request is polled for
+  waiting bytes before it is written to. (Bytes an upstream writes only after the next request
+  was sent cannot be told from its answer by any HTTP/1.1 client.)
+* **Bounded heads**: a response head past aiohttp's client's limits (8190 bytes a line, 128
+  headers) or 100 KiB in all fails the request (``connect``) one read past the limit.
 """
 
 from __future__ import annotations
