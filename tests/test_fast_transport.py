@@ -862,3 +862,99 @@ async def test_both_clients_tell_when_the_bodys_end_was_read(
             r.close()
         finally:
             await transport.aclose()
+
+
+# --- an upstream's bytes nobody asked for, and its head past the limits -------------------------
+
+
+async def test_bytes_on_an_idle_connection_mean_a_new_one(fast: FastTransport) -> None:
+    """An answer, then (while its connection waits in the pool) a stray answer for nobody: the
+    next request goes on a new connection and gets its own answer."""
+    async def script(server: RawServer, reader: asyncio.StreamReader,
+                     writer: asyncio.StreamWriter) -> None:
+        while await server.next_request(reader) is not None:
+            writer.write(answer())
+            await writer.drain()
+            await asyncio.sleep(0.02)
+            writer.write(answer(b'{"stray":true}'))
+            await writer.drain()
+
+    async with RawServer(script) as server:
+        r = await fast.send(request(server.url))
+        assert await read_all(r) == b'{"ok":true}'
+        r.close()
+        await asyncio.sleep(0.1)  # the stray arrives while the connection is idle
+        r = await fast.send(request(server.url))
+        assert await read_all(r) == b'{"ok":true}'
+        r.close()
+        assert server.connections == 2
+
+
+async def test_an_upstream_that_speaks_first_is_never_sent_a_request(
+        fast: FastTransport) -> None:
+    """Bytes before any request (a greeting, an answer to nobody): the connection is dropped
+    unwritten, another tried once, and then the request fails cleanly."""
+    async def script(server: RawServer, reader: asyncio.StreamReader,
+                     writer: asyncio.StreamWriter) -> None:
+        writer.write(answer(b'{"early":true}'))
+        await writer.drain()
+        await server.next_request(reader)
+
+    async with RawServer(script) as server:
+        ok = False
+        try:
+            r = await fast.send(request(server.url))
+            # the greeting may not have arrived before the write: then it is read as the answer
+            # (as it would be by any client); what matters is that it is read once
+            ok = True
+            await read_all(r)
+            r.close()
+        except UpstreamError as e:
+            assert e.kind == "connect"
+        assert fast.in_use() == 0
+        if not ok:
+            assert server.requests == []
+
+
+async def _oversized_head(kind: str, sent: list[int], server: RawServer,
+                          reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    await server.next_request(reader)
+    if kind == "line":
+        writer.write(b"HTTP/1.1 200 OK\r\nX-Long: " + b"v" * 70 * 1024 + b"\r\n\r\n")
+    elif kind == "headers":
+        writer.write(b"HTTP/1.1 200 OK\r\n" + b"X-Many: 1\r\n" * 1500 + b"\r\n")
+    else:  # one endless header line: until the client hangs up (bounded here, at 48 MiB)
+        writer.write(b"HTTP/1.1 200 OK\r\nX-Endless: ")
+        piece = b"e" * 65536
+        for _ in range(48 * 16):
+            writer.write(piece)
+            await writer.drain()
+            sent[0] += len(piece)
+    await writer.drain()
+    await reader.read()
+
+
+@pytest.mark.parametrize("kind", ["line", "headers", "endless"])
+@pytest.mark.parametrize("make", [FastTransport, AiohttpTransport], ids=["fast", "aiohttp"])
+async def test_both_clients_refuse_a_head_past_the_limits(make: Callable[[], Transport],
+                                                          kind: str) -> None:
+    """A 70 KiB header line, 1,500 headers, an endless line: a ``connect`` error (a 502) after
+    reading little more than the limit; the endless line is not read on."""
+    sent = [0]
+
+    async def script(server: RawServer, reader: asyncio.StreamReader,
+                     writer: asyncio.StreamWriter) -> None:
+        await _oversized_head(kind, sent, server, reader, writer)
+
+    async with RawServer(script) as server:
+        transport = make()
+        try:
+            with pytest.raises(UpstreamError) as e:
+                await transport.send(request(server.url, head_timeout=10))
+            assert e.value.kind == "connect"
+            assert transport.in_use() == 0
+            assert await eventually(lambda: server.open == 0)
+            # what the kernel's buffers took on both sides, and no more
+            assert sent[0] < 16 * 1024 * 1024, sent[0]
+        finally:
+            await transport.aclose()

@@ -23,6 +23,14 @@ What it keeps of a general-purpose client, and why each guarantee holds:
 * **Release on every path**: a response closed before its end, failed, or whose reading task
   was cancelled closes its connection; only a complete, keep-alive response goes back to the
   pool.
+* **No answer crosses to another request**: a connection goes back to the pool only when its
+  answer ended exactly at the end of a read with nothing after it (decided once the whole read
+  was parsed, :mod:`gateway.upstream.http1`); a byte nobody asked for, in that read or later,
+  closes it, and one taken from the pool or handed over by another request is polled for
+  waiting bytes before it is written to. (Bytes an upstream writes only after the next request
+  was sent cannot be told from its answer by any HTTP/1.1 client.)
+* **Bounded heads**: a response head past aiohttp's client's limits (8190 bytes a line, 128
+  headers) or 100 KiB in all fails the request (``connect``) one read past the limit.
 """
 
 from __future__ import annotations
@@ -38,7 +46,7 @@ from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
 from gateway.errors import UpstreamError
-from gateway.upstream.http1 import Http1Connection, Http1Response
+from gateway.upstream.http1 import Http1Connection, Http1Response, State
 from gateway.upstream.transport import UpstreamRequest
 
 __all__ = ["IDLE_SECONDS", "FastTransport"]
@@ -151,7 +159,7 @@ class _Pool:
         """The most recently used idle connection that can still carry a request."""
         while self.idle:
             conn = self.idle.pop()
-            if (not conn.lost and not _expired(conn, now) and conn.transport is not None
+            if (conn.state is State.IDLE and not _expired(conn, now) and conn.transport is not None
                     and not conn.transport.is_closing() and not _readable(conn.fd)):
                 return conn
             self.gone(conn)
@@ -227,6 +235,17 @@ class FastTransport:
             conn = pool.pooled(time.monotonic())
             if conn is None:
                 conn = await self._new(pool, target, request.connect_timeout, deadline)
+                if conn.state is not State.IDLE or (conn.uses and _readable(conn.fd)):
+                    # Closed, or sent bytes nobody asked for, while it was opened or handed
+                    # over (the check pooled() makes): nothing was written to it, so another
+                    # connection is safe, once.
+                    conn.abort()
+                    pool.gone(conn)
+                    if retried:
+                        raise UpstreamError("connect", "the upstream closed the connection "
+                                                       "before the request was sent")
+                    retried = True
+                    continue
             self._busy += 1
             try:
                 head = conn.begin(data)
