@@ -24,7 +24,7 @@ from gateway.exchange.attempts import AttemptContext, AttemptLog, run_attempts
 from gateway.exchange.client import Refused, read_chat_request, request_id_of
 from gateway.exchange.headers import upstream_headers
 from gateway.exchange.outcome import NONE, Outcome, outcome_of, record
-from gateway.exchange.sink import AiohttpSink, ResponseSink, SinkFactory
+from gateway.exchange.sink import AiohttpSink, SinkFactory
 from gateway.forwarding import client_address
 from gateway.incoming import ClientRequest
 from gateway.metrics import Metrics

@@ -22,10 +22,12 @@ __all__ = ["AiohttpResponse", "AiohttpTransport", "with_basic_auth"]
 
 
 class AiohttpResponse:
-    __slots__ = ("_response",)
+    __slots__ = ("_closed", "_response", "_transport")
 
-    def __init__(self, response: aiohttp.ClientResponse) -> None:
+    def __init__(self, response: aiohttp.ClientResponse, transport: AiohttpTransport) -> None:
         self._response = response
+        self._transport = transport
+        self._closed = False
 
     @property
     def status(self) -> int:
@@ -55,6 +57,9 @@ class AiohttpResponse:
             self._response.content.set_exception(exc)
 
     def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._transport.held -= 1
         if self._response.content.is_eof():
             self._response.release()
         else:
@@ -65,9 +70,12 @@ class AiohttpTransport:
     """One :class:`aiohttp.ClientSession` for all upstreams (no cookie jar, no default
     headers: each request says what it sends)."""
 
-    __slots__ = ("_session",)
+    __slots__ = ("_session", "held")
 
     def __init__(self) -> None:
+        self.held = 0
+        """Requests sent whose response is not yet closed: each holds its connection from the
+        send until then (aiohttp has no public count of the connections it lent)."""
         connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=30,
                                          enable_cleanup_closed=True)
         self._session = aiohttp.ClientSession(
@@ -76,6 +84,8 @@ class AiohttpTransport:
 
     async def send(self, request: UpstreamRequest) -> AiohttpResponse:
         url, headers = with_basic_auth(request.url, request.headers)
+        self.held += 1  # until the response is closed; at once when the send fails
+        sent = False
         try:
             async with asyncio.timeout(request.head_timeout):
                 response = await self._session.request(
@@ -87,13 +97,15 @@ class AiohttpTransport:
             raise UpstreamError("connect", "the upstream refused the connection") from e
         except (aiohttp.ClientError, OSError) as e:
             raise UpstreamError("connect", "the upstream connection failed") from e
-        return AiohttpResponse(response)
+        else:
+            sent = True
+        finally:
+            if not sent:
+                self.held -= 1
+        return AiohttpResponse(response, self)
 
     def in_use(self) -> int:
-        connector = self._session.connector
-        # aiohttp has no public count; ``_acquired`` is the set its own limit checks read.
-        acquired = getattr(connector, "_acquired", None) if connector is not None else None
-        return len(acquired) if acquired is not None else 0
+        return self.held
 
     async def aclose(self) -> None:
         await self._session.close()
