@@ -292,9 +292,12 @@ class _Framed:
         """How it ends (after its counter, when it has one)."""
         self.between = self.last + self.first
         # A template whose own bytes hold a line end where it could be mistaken for the
-        # framing's is read frame by frame (a line reader cuts there first); so is a numbered one
-        # whose ``before`` is also between its frames (cut there, its runs would never fit).
-        self.plain = (not holds(prefix + suffix + before, b"\n")
+        # framing's is read frame by frame (a line reader cuts there first; and a CR, whitespace
+        # to JSON, is a line end to an SSE reader: such frames are written again, not passed on
+        # as they came); so is a numbered one whose ``before`` is also between its frames (cut
+        # there, its runs would never fit).
+        around = prefix + suffix + before
+        self.plain = (not holds(around, b"\n") and not holds(around, b"\r")
                       and (not before or not holds(self.between, before)))
 
 
