@@ -125,11 +125,6 @@ class SSEReader:
         if self._held > self._max:
             raise FramingError(f"an event is longer than {self._max} bytes")
 
-    @property
-    def between_events(self) -> bool:
-        """Nothing of an unfinished line or event is held."""
-        return not (self._parts or self._data or self._cr or self._event)
-
     def plain_data(self, data: bytes) -> list[bytes] | None:
         """The data of each event in ``data`` when it holds only whole, plain events (a
         ``data:`` line then a blank line, LF only) and the reader is between events; else

@@ -26,7 +26,7 @@ parsed, and a parsed frame's counter sets the one expected next. An integer toke
 first non-digit, so, as for the text, the tokens around it are the learned frame's own.
 
 What a :class:`Slot` means (a text-only event) is not this module's to say: the stream's decoder
-confirms it (``gateway.pipeline.StreamDecoding``).
+confirms it (``gateway.pipeline_fast.TemplateDecoding``).
 
 **Runs.** A read that holds a whole answer holds twenty such frames in a row, and reading them one
 at a time (cut out, compared, a :class:`Slot` each) is most of what an identity route's stream
