@@ -205,10 +205,11 @@ class FastStreamTranslator(StreamTranslator):
         # their bytes), a translating one to cut their texts out. A cumulative client's encoder
         # keeps the text it was shown, which a run does not replay: its frames are read one by
         # one. A route whose identity waits on the first payload starts without runs.
-        self._runs = False
+        self._runs: TemplateDecoding | None = None
+        """The decoding that gives runs, when they are read."""
         if "runs" in accelerators and isinstance(decoding, TemplateDecoding) and (
                 (self._identity and not client.cumulative_stream) or not same):
-            self._runs = True
+            self._runs = decoding
             decoding.allow_runs()
 
     def feed(self, data: bytes) -> bytes:
@@ -217,7 +218,8 @@ class FastStreamTranslator(StreamTranslator):
         payloads = self._in.payloads(data)
         if isinstance(payloads, StreamError):
             return self._events([payloads])
-        if not self._runs and not self._forward:
+        runs = self._runs
+        if runs is None and not self._forward:
             return self._translate(payloads)
         out: list[bytes] = []
         passed: list[Any] = []
@@ -228,8 +230,8 @@ class FastStreamTranslator(StreamTranslator):
             i += 1
             frame: bytes | None
             if type(payload) is TextRun:
-                assert isinstance(self._in, TemplateDecoding)
-                if not self._in.take_run(payload):
+                assert runs is not None  # (only a decoding asked for runs gives them)
+                if not runs.take_run(payload):
                     payloads[i:i] = payload.slots()  # read one by one, as they would have been
                     continue
                 if self._identity:

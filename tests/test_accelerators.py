@@ -20,6 +20,8 @@ from functools import cache
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from observe import chunks, client_request, pairs, stream_cases
 
 import gateway.canonical
@@ -192,6 +194,29 @@ def test_the_accelerators_change_no_byte(up: str, cl: str) -> None:
                 for chosen in singles:
                     got = translated(u, c, req, reads, aborted, chosen, policy)
                     assert got == plain, (name, how, chosen)
+
+
+@settings(max_examples=300, deadline=None)
+@given(pair=st.sampled_from(PAIRS), data=st.data(),
+       junk=st.lists(st.tuples(st.integers(0, 1 << 16), st.binary(min_size=1, max_size=3)),
+                     max_size=2),
+       cuts=st.lists(st.integers(1, 1 << 16), max_size=4))
+def test_damaged_streams_are_the_same_with_accelerators(
+        pair: tuple[str, str], data: st.DataObject, junk: list[tuple[int, bytes]],
+        cuts: list[int]) -> None:
+    """Any of the streams above with stray bytes written over it, read at any places."""
+    up, cl = pair
+    u, c = DIALECTS[up], DIALECTS[cl]
+    name, body, sent = data.draw(st.sampled_from(upstream_streams(up)), label="stream")
+    for at, bad in junk:
+        at %= len(body) + 1
+        body = body[:at] + bad + body[at + len(bad):]
+    edges = sorted({k % len(body) for k in cuts if k % len(body)}) if body else []
+    reads = [body[a:b] for a, b in zip([0, *edges], [*edges, len(body)], strict=True)]
+    req, _ = client_request(c, stream=True, sent=sent)
+    for policy in ("reject", "drop"):
+        assert translated(u, c, req, reads, False, True, policy) == \
+            translated(u, c, req, reads, False, False, policy), name
 
 
 @pytest.mark.parametrize("up", list(DIALECTS), ids=list(DIALECTS))
