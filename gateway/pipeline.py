@@ -8,10 +8,9 @@ decoder, never raising for bad bytes), used both by :class:`StreamTranslator` (t
 framed stream, on the fly) and by :class:`StreamAssembler` (to one whole answer). What the client's
 dialect cannot carry goes through :class:`gateway.carry.EventGate`.
 
-Per stream chunk the cost is one ``orjson.loads`` (in the framing reader) and one ``orjson.dumps``
-(in the target encoder); an identity route (same dialect both sides) re-emits each payload as it
-came, still decoded once so that errors, truncation and usage are seen, and a read made of whole
-frames is forwarded as the very bytes that came (nothing re-serialised).
+This is the plain path, the reference for what a stream becomes: each payload parsed, decoded,
+encoded and framed. The fast paths (:mod:`gateway.pipeline_fast`) are built on it, beside it, and
+give the same bytes; nothing here knows of them.
 """
 
 from __future__ import annotations
@@ -58,15 +57,12 @@ from gateway.framing import (
     Named,
     Payload,
     RawData,
-    Slot,
     SniffingReader,
-    TextRun,
+    Verbatim,
     encoder_for,
     named,
-    slot_payload,
 )
 from gateway.framing.jsonlines import DEFAULT_MAX_LINE
-from gateway.framing.search import holds
 
 __all__ = [
     "ResponseAssembler",
@@ -266,9 +262,8 @@ _HAS: dict[tuple[type, str], bool] = {}
 
 def optional(obj: Any, name: str) -> Any:
     """``getattr(obj, name, None)`` for the optional members of dialects, decoders and encoders
-    (``text_path``, ``again``, ``follow``...), whether a class has one decided once for all its
-    instances: a member that is not there costs ``getattr`` an exception, with its message
-    formatted, and each stream asked for four of them."""
+    (``follow``, ``text_path``...), whether a class has one decided once for all its instances:
+    a member that is not there costs ``getattr`` an exception, with its message formatted."""
     key = (type(obj), name)
     has = _HAS.get(key)
     if has is None:
@@ -278,40 +273,27 @@ def optional(obj: Any, name: str) -> Any:
     return getattr(obj, name, None) if has else None
 
 
-def _text_alone(event: StreamEvent, text: str) -> bool:
-    """``event == TextDelta(text)``, without building one and calling the __eq__ @dataclass
-    writes (interpreted, even in the compiled build)."""
-    return (type(event) is TextDelta and event.text == text and event.agent is None
-            and event.message_id is None)
-
-
 class StreamDecoding:
     """Upstream stream bytes to canonical events: the framing reader, then the upstream dialect's
     decoder. Never raises for bad bytes: a framing or dialect error becomes a
     :class:`StreamError` (:attr:`broken`: the gateway found it, not the upstream), after which
-    nothing more is decoded."""
+    nothing more is decoded.
 
-    __slots__ = ("_again", "_decoder", "_reader", "_scrub", "_text_alone", "broken", "ended",
-                 "events", "scrubbed")
+    ``verbatim``: the payloads come with the bytes they were read from (:class:`Verbatim`), for
+    a caller that passes them on. ``reader``: another framing reader than the plain one (one
+    that reads by templates: :mod:`gateway.pipeline_fast`)."""
+
+    __slots__ = ("_decoder", "_reader", "_scrub", "broken", "ended", "events", "scrubbed")
 
     def __init__(self, upstream: Dialect, max_size: int = DEFAULT_MAX_LINE,
-                 scrub: Scrub | None = None) -> None:
-        # A dialect that names where a text-only chunk holds its text (``text_path``, optional:
-        # plugin dialects may not) has such chunks read without parsing them, once one was
-        # (gateway.framing.template); what they mean, its decoder confirms (:meth:`decode`). A
-        # dialect that numbers its frames names where too (``counter_path``).
-        self._reader = SniffingReader(max_size, named=upstream.named_events,
-                                      text_path=optional(upstream, "text_path"),
-                                      counter_path=optional(upstream, "counter_path"))
-        self._text_alone = False
-        """The last payload decoded was a :class:`Slot` its decoder read as its text alone."""
+                 scrub: Scrub | None = None, *, verbatim: bool = False,
+                 reader: SniffingReader | None = None) -> None:
+        self._reader = reader if reader is not None else SniffingReader(
+            max_size, named=upstream.named_events, verbatim=verbatim)
         self._scrub = scrub
         """Applied to the upstream's own error events (its words: they may quote what it was
         sent, credentials included)."""
         self._decoder: StreamDecoder = upstream.decoder()
-        self._again: Callable[[int], None] | None = optional(self._decoder, "again")
-        """A decoder that counts what a text frame gave (optional) is told of each text frame
-        read by the template, which it is not given to decode."""
         self.broken = False
         self.ended = False
         """A finish or an error was decoded: the stream is over."""
@@ -322,12 +304,6 @@ class StreamDecoding:
         """The upstream's error event held something to hide: it must not be passed on as it
         came."""
 
-    @property
-    def whole(self) -> bool:
-        """The last :meth:`payloads` read was exactly whole frames (its bytes may be passed on
-        unchanged to a client of the same framing)."""
-        return self._reader.whole
-
     def payloads(self, data: bytes) -> list[Any] | StreamError:
         """The payloads framed in ``data``, or the error that breaks the stream."""
         try:
@@ -335,45 +311,9 @@ class StreamDecoding:
         except ParseError as e:
             return self._broke(f"the upstream sent a malformed stream: {e.message}")
 
-    def allow_runs(self, on: bool = True) -> None:
-        """Whether the caller takes :class:`TextRun` s (:meth:`take_run`): runs of text frames
-        read at once (:mod:`gateway.framing.template`)."""
-        self._reader.allow_runs(on)
-
-    def take_run(self, run: TextRun) -> bool:
-        """The frames of ``run`` are text alone, as the :class:`Slot` right before them was
-        (the dialect's promise, with ``text_path``): counted as read, and ``True``. ``False``:
-        the caller reads them one by one (:meth:`TextRun.slots`), as :meth:`decode` does."""
-        if not self._text_alone or self.ended:
-            return False
-        self.events += run.count
-        if self._again is not None:
-            self._again(run.chars)
-        return True
-
     def decode(self, payload: Any) -> list[StreamEvent]:
-        if type(payload) is TextRun:  # (a caller that does not take runs whole)
-            events: list[StreamEvent] = []
-            for slot in payload.slots():
-                events.extend(self.decode(slot))
-            return events
         self.events += 1
-        if type(payload) is Slot:
-            if self._text_alone:
-                if self._again is not None:
-                    self._again(len(payload.text))
-                return [TextDelta(payload.text)]
-            events = self._decoded(slot_payload(payload))
-            # The decoder read this frame as its text alone: it reads so every frame of the same
-            # template that follows it (the dialect's promise, with ``text_path``), until another
-            # payload comes between and may change what it expects. If it did not, the template
-            # is not one of text frames: every frame is parsed from now on.
-            self._text_alone = len(events) == 1 and _text_alone(events[0], payload.text)
-            if not self._text_alone:
-                self._reader.drop_template()
-            return events
-        self._text_alone = False
-        return self._decoded(payload)
+        return self._decoded(payload.payload if type(payload) is Verbatim else payload)
 
     def _decoded(self, payload: Any) -> list[StreamEvent]:
         try:
@@ -459,15 +399,24 @@ class StreamDecoding:
 
 def _carries_state(events: list[StreamEvent]) -> bool:
     for e in events:
-        if type(e) is TextDelta:
-            continue
         if isinstance(e, (StreamStart, ContextUpdate)) and e.session_state is not None:
             return True
     return False
 
 
+_TOO_DEEP = "the upstream sent a chunk nested too deeply to pass on"
+
+
 class StreamTranslator:
-    """Upstream stream bytes in, the client's framed stream bytes out.
+    """Upstream stream bytes in, the client's framed stream bytes out: the framing reader, the
+    upstream dialect's decoder, the :class:`EventGate`, the client dialect's encoder, the
+    client's framing. This is the reference: the fast paths of :mod:`gateway.pipeline_fast`
+    give the very same bytes.
+
+    A route of one dialect both sides (an identity route) passes the upstream's payloads on as
+    it wrote them, each in a frame of its own, still decoding them to see usage, finish and
+    errors; unless the client needs something of its own put in (its session state echoed, or
+    spelled its way), from where it does.
 
     ``feed``/``finish`` never raise for bad upstream bytes: a parse error becomes the client
     dialect's error event and ends the stream (:attr:`failed`). ``abort`` does the same for a
@@ -476,48 +425,37 @@ class StreamTranslator:
     """
 
     __slots__ = ("_cumulative", "_encoder", "_follow", "_frame", "_gate", "_identity", "_in",
-                 "_plain", "_replay", "_req", "_same", "_spelled", "_started", "chunks",
-                 "content_started", "done", "error", "finish_reason", "model", "text_chars",
-                 "usage")
+                 "_replay", "_req", "_same", "_spelled", "_started", "chunks", "content_started",
+                 "done", "error", "finish_reason", "model", "text_chars", "usage")
 
     def __init__(
         self, upstream: Dialect, client: Dialect, req: ChatRequest, *,
         max_size: int = DEFAULT_MAX_LINE, policy: Policy = "reject", scrub: Scrub | None = None,
+        decoding: StreamDecoding | None = None,
     ) -> None:
-        self._in = StreamDecoding(upstream, max_size, scrub)
+        same = upstream is client
+        self._in = decoding if decoding is not None else StreamDecoding(
+            upstream, max_size, scrub, verbatim=same)
+        """``decoding``: given by a fast path; for an identity route it keeps the payloads'
+        bytes."""
         self._encoder: StreamEncoder = client.encoder(req)
         self._follow: Callable[[Any], None] | None = optional(self._encoder, "follow")
         """An encoder that numbers or names what it writes (ids, sequence numbers) reads the
         upstream's own payloads instead of a replay, so that its error event continues them."""
         self._frame: Callable[[Payload], bytes] = encoder_for(client.framing)
-        self._plain: Callable[[list[bytes]], list[Payload] | None] | None = optional(
-            self._encoder, "plain_texts")
-        """An encoder that writes the texts of a run as they are (optional: see
-        :class:`gateway.dialects.base.StreamEncoder`)."""
         self._gate = EventGate(client, policy) if EventGate.needed(upstream, client) else None
-        # Same dialect both sides: the upstream's own payloads are re-emitted, unless the client
-        # needs something of its own put in: (decided on the first payload) its session state
-        # echoed because the upstream sends none, or the session state the upstream sends
-        # written in the spelling the client used (decided on each payload).
-        self._same = upstream is client
+        # Same dialect both sides: the upstream's own payloads are passed on, unless the client
+        # needs something of its own put in: its session state echoed because the upstream
+        # sends none (decided on the first payload, when the client sent one), or the session
+        # state the upstream sends written in the spelling the client used (on each payload).
+        self._same = same and req.session_state is not None
+        """The identity of the route is decided on the first payload."""
+        self._identity = same and req.session_state is None
         self._spelled = "session_key" in req.hints
-        self._identity = False
-        if self._same and req.session_state is None:
-            # Decided now, as the first payload would decide it: so that the text frames of the
-            # very first read are read in runs (below)
-            self._same = False
-            self._identity = True
-            if not client.cumulative_stream:
-                # An identity stream reads its text frames only to count them: the frames of a
-                # run are read at once (gateway.framing.template), and passed on as they came
-                self._in.allow_runs()
-        elif not self._same:
-            # A translating one: the texts of a run are cut out at once, each still a TextDelta
-            self._in.allow_runs()
         self._cumulative = client.cumulative_stream
         self._replay: list[StreamEvent | int] = []
-        """Identity mode: what the client was shown, for an error event that keeps it (a run of
-        text frames as the number of its characters: see :meth:`_ran`)."""
+        """Identity mode: what the client was shown, for an error event that keeps it (a number:
+        that many characters of text, for an encoder that keeps nothing of the text it wrote)."""
         self._req = req
         self._started = False
         self.chunks = 0
@@ -560,40 +498,7 @@ class StreamTranslator:
         payloads = self._in.payloads(data)
         if isinstance(payloads, StreamError):
             return self._events([payloads])
-        out: list[bytes] = []
-        passed: list[Any] = []
-        """Identity mode: payloads passed on whose frames are not built yet."""
-        i = 0
-        while i < len(payloads):
-            payload = payloads[i]
-            i += 1
-            if type(payload) is TextRun:
-                if not self._in.take_run(payload):
-                    payloads[i:i] = payload.slots()  # read one by one, as they would have been
-                    continue
-                if self._identity:
-                    self._ran(payload)
-                    passed.append(payload)
-                    continue
-                # its text frames, each the TextDelta decoding it gives (the dialect's promise)
-                frame: bytes | None = self._plain_run(payload)
-                if frame is None:
-                    frame = self._events([TextDelta(t.decode()) for t in payload.texts()])
-            else:
-                frame = self._payload(payload)
-            if frame is None:
-                passed.append(payload)
-            else:
-                out.extend(self._frames_of(passed))
-                passed = []
-                out.append(frame)
-            if self.done:
-                break
-        if passed and not out and i == len(payloads) and self._in.whole:
-            # Every frame of this read passes on as it is: forward its bytes unchanged.
-            return data
-        out.extend(self._frames_of(passed))
-        return b"".join(out)
+        return self._translate(payloads)
 
     def finish(self) -> bytes:
         """The upstream body ended normally (as far as the transport can tell)."""
@@ -603,23 +508,11 @@ class StreamTranslator:
         if isinstance(payloads, StreamError):
             return self._events([payloads])
         # A last payload with no terminator goes the way the others went (passed on as it came,
-        # on a same-dialect route: its finish is the client's finish).
-        out: list[bytes] = []
-        passed: list[Any] = []
-        for payload in payloads:  # (a last line or event alone: never a run)
-            frame = self._payload(payload)
-            if frame is None:
-                passed.append(payload)
-            else:
-                out.extend(self._frames_of(passed))
-                passed = []
-                out.append(frame)
-            if self.done:
-                break
-        out.extend(self._frames_of(passed))
+        # on an identity route: its finish is the client's finish).
+        out = self._translate(payloads)
         if not self.done:
-            out.append(self._events(self._in.end()))
-        return b"".join(out)
+            out += self._events(self._in.end())
+        return out
 
     def abort(self, message: str, status: int = 502) -> bytes:
         """The upstream failed mid-stream (reset, timeout, …)."""
@@ -627,39 +520,82 @@ class StreamTranslator:
             return b""
         return self._events(self._in.abort(message, status))
 
+    def _translate(self, payloads: list[Any]) -> bytes:
+        out: list[bytes] = []
+        for payload in payloads:
+            frame = self._payload(payload)
+            out.append(self._as_it_came(payload) if frame is None else frame)
+            if self.done:
+                break
+        return b"".join(out)
+
     def _payload(self, payload: Any) -> bytes | None:
-        """The client's frames for one upstream payload; ``None`` when it passes on as it came
-        (identity mode), its frame left to the caller."""
+        """The client's frames for one upstream payload; ``None`` when it is passed on as it
+        came, its frame (:meth:`_as_it_came`) left to the caller."""
         inp = self._in
         events = inp.decode(payload)
         if self._same:
             self._same = False
-            self._identity = self._req.session_state is None or (not self._spelled and any(
-                isinstance(e, StreamStart) and e.session_state is not None for e in events))
+            self._identity = not self._spelled and any(
+                isinstance(e, StreamStart) and e.session_state is not None for e in events)
         if self._identity and self._spelled and _carries_state(events):
             # The upstream's spelling of the state may not be the client's: from here on the
             # client's encoder writes every frame, brought first to what the client was shown.
             self._identity = False
-            self._in.allow_runs(False)
             return self._events(events)
         # An upstream error that held a secret is not passed on as it came: re-encoded, it
         # carries only its scrubbed message and code.
-        if self._identity and not inp.broken and not inp.scrubbed:
-            if self._cumulative and (len(events) != 1 or type(events[0]) is not TextDelta) \
-                    and any(isinstance(e, StreamError) for e in events):  # (one text: no)
-                # A cumulative reader shows each event in place of the last: the upstream's own
-                # error event may carry a new id and no content (as its error body does), which
-                # would wipe the text shown. The client's encoder writes it instead, under the
-                # message's id with the content shown so far.
-                return self._events(events)
-            self._pass_through(events)
-            if self._follow is not None:
-                # A frame read by the template and never parsed goes as the Slot it is: the
-                # frame followed last but for its text (and counter), as the dialect promised.
-                self._follow(payload if type(payload) is not Slot or payload.value is None
-                             else slot_payload(payload))
-            return None
-        return self._events(events) if events else b""
+        if not self._identity or inp.broken or inp.scrubbed:
+            return self._events(events) if events else b""
+        if self._cumulative and (len(events) != 1 or type(events[0]) is not TextDelta) \
+                and any(isinstance(e, StreamError) for e in events):  # (one text: no)
+            # A cumulative reader shows each event in place of the last: the upstream's own
+            # error event may carry a new id and no content (as its error body does), which
+            # would wipe the text shown. The client's encoder writes it instead, under the
+            # message's id with the content shown so far.
+            return self._events(events)
+        frame: bytes | None = None
+        if not self._writes_as_it_came(payload):
+            try:
+                frame = self._written_again(payload)
+            except (orjson.JSONEncodeError, RecursionError):
+                # Written back it cannot be: the stream fails as for a malformed chunk.
+                inp.broken = inp.ended = True
+                return self._events([StreamError(_TOO_DEEP)])
+        self._pass_through(events)
+        if self._follow is not None:
+            self._follow(self._followed(payload))
+        return frame
+
+    def _writes_as_it_came(self, payload: Any) -> bool:
+        """The payload's own bytes make a frame of the client's framing: JSON text with no line
+        end in it (an SSE reader would cut there), or data that is not JSON, which is written
+        as it came whatever it holds."""
+        if type(payload) is not Verbatim:
+            return False
+        raw = payload.raw
+        return type(payload.payload) is RawData or (b"\n" not in raw and b"\r" not in raw)
+
+    def _as_it_came(self, payload: Any) -> bytes:
+        """The frame of a payload passed on as it came (:meth:`_writes_as_it_came`)."""
+        raw: bytes = payload.raw
+        inner = payload.payload
+        return self._frame(named(inner.event, raw) if type(inner) is Named else raw)
+
+    def _written_again(self, payload: Any) -> bytes:
+        """The frame of a payload passed on whose bytes are not a frame: its value written
+        compactly (raises for a value nested too deeply to write)."""
+        if type(payload) is Verbatim:
+            payload = payload.payload
+        if isinstance(payload, RawData):
+            return self._frame(payload.text.encode())
+        if isinstance(payload, Named):
+            return self._frame(named(payload.event, orjson.dumps(payload.data)))
+        return self._frame(orjson.dumps(payload))
+
+    def _followed(self, payload: Any) -> Any:
+        """What an encoder's ``follow`` is given of a payload passed on: as the decoder read it."""
+        return payload.payload if type(payload) is Verbatim else payload
 
     def _pass_through(self, events: list[StreamEvent]) -> None:
         keep = self._follow is None
@@ -686,72 +622,6 @@ class StreamTranslator:
                 self._replay.append(e)
         self._started = True
         self.chunks += 1
-
-    def _ran(self, run: TextRun) -> None:
-        """Identity mode: a run of text frames passed on, counted as :meth:`_pass_through`
-        counts each of them."""
-        self.text_chars += run.chars
-        self.content_started = True
-        if self._follow is None:
-            # Kept as its length, not as the run: a run holds the read's bytes, and thousands of
-            # those kept for the stream's life left the C allocator's heap 5 MiB larger under
-            # load (bench/run.py, 128 streams). An encoder of a stream that is not cumulative
-            # keeps nothing of the text it wrote (the tests replay runs both ways, every
-            # dialect), and runs are only read for those (see __init__).
-            self._replay.append(run.chars)
-        else:
-            self._follow(run)
-        self._started = True
-        self.chunks += run.count
-
-    def _plain_run(self, run: TextRun) -> bytes | None:
-        """A translating route's run of text frames written by an encoder that takes its texts
-        as they are (``plain_texts``), counted as :meth:`_events` counts their TextDeltas (which
-        every gate lets through): ``None`` when it has not begun, is done, or says no."""
-        plain = self._plain
-        if plain is None or not self._started or self.done:
-            return None
-        payloads = plain(run.texts())
-        if payloads is None:
-            return None
-        self.text_chars += run.chars
-        self.content_started = True
-        self.chunks += len(payloads)
-        frame = self._frame
-        return b"".join([frame(p) for p in payloads])
-
-    def _frames_of(self, passed: list[Any]) -> list[bytes]:
-        """Frames for payloads passed on (re-encoded: the read they came in also held something
-        that could not be forwarded as it was)."""
-        out: list[bytes] = []
-        if any(type(p) is TextRun for p in passed):  # its frames, each as the Slot it is
-            passed = [s for p in passed for s in (p.slots() if type(p) is TextRun else (p,))]
-        for k, payload in enumerate(passed):
-            if isinstance(payload, RawData):
-                out.append(self._frame(payload.text.encode()))
-                continue
-            if type(payload) is Slot:  # the upstream's own JSON, unless a CR would break a line
-                raw = payload.raw
-                if holds(raw, b"\r"):
-                    raw = orjson.dumps(payload.parsed())
-                out.append(self._frame(raw if payload.event == "message"
-                                       else named(payload.event, raw)))
-                continue
-            try:
-                if isinstance(payload, Named):  # an SSE event with its name: written with it
-                    out.append(self._frame(named(payload.event, orjson.dumps(payload.data))))
-                else:
-                    out.append(self._frame(orjson.dumps(payload)))
-            except (orjson.JSONEncodeError, RecursionError):
-                # Written back it cannot be; what followed it in this read is not sent either.
-                self.done = False
-                self.error = None
-                self.chunks -= len(passed) - k
-                self._in.broken = self._in.ended = True
-                out.append(self._events([StreamError(
-                    "the upstream sent a chunk nested too deeply to pass on")]))
-                break
-        return out
 
     def _catch_up(self) -> None:
         """Identity mode, before the encoder writes anything: the client saw the upstream's own
@@ -808,7 +678,7 @@ class StreamTranslator:
             # orjson reads 1024 levels of nesting but writes only 254: such a chunk cannot be
             # passed on, and fails the stream like a malformed one.
             self._in.broken = self._in.ended = True
-            self.error = StreamError("the upstream sent a chunk nested too deeply to pass on")
+            self.error = StreamError(_TOO_DEEP)
             self.done = True
             if self._replay:
                 self._catch_up()
@@ -822,13 +692,13 @@ class StreamAssembler:
     """An upstream stream to one whole answer: ``feed(bytes)`` then ``finish() ->
     ChatResponse``. Never raises for bad upstream bytes: :attr:`error` tells, and :attr:`broken`
     says whether the gateway found the fault (malformed or truncated) rather than the upstream
-    declaring an error."""
+    declaring an error. ``decoding``: given by a fast path."""
 
     __slots__ = ("_assembler", "_in")
 
     def __init__(self, upstream: Dialect, max_size: int = DEFAULT_MAX_LINE,
-                 scrub: Scrub | None = None) -> None:
-        self._in = StreamDecoding(upstream, max_size, scrub)
+                 scrub: Scrub | None = None, *, decoding: StreamDecoding | None = None) -> None:
+        self._in = decoding if decoding is not None else StreamDecoding(upstream, max_size, scrub)
         self._assembler = ResponseAssembler()
 
     @property

@@ -31,9 +31,9 @@ from gateway.framing import (
     named,
     slot_payload,
 )
-from gateway.framing.sse import SSEReader
+from gateway.framing.sse import SSEReader, encode_event
 from gateway.framing.template import TemplateReader, TextPath
-from gateway.pipeline import StreamTranslator
+from gateway.pipeline_fast import FastStreamTranslator, TemplateDecoding, stream_translator
 
 PATH: TextPath = ("choices", 0, "delta", "content")
 FRAMINGS = {  # (head, tail) of a frame: JSON lines, an SSE event, a named SSE event
@@ -266,10 +266,14 @@ def test_whole_events_read_fast_are_what_the_line_by_line_reader_gives(
     reader = SniffingReader(named=named_events, text_path=PATH)
     reader.allow_runs(runs)
     got = _flat(reader.feed(data))
+    events = SSEReader().feed(data)
     want = [_parsed(e.data) if e.event == "message" or not named_events
-            else named(e.event, _parsed(e.data)) for e in SSEReader().feed(data)]
+            else named(e.event, _parsed(e.data)) for e in events]
     assert got == want
-    assert reader.whole
+    # whole: the read is its events as the gateway writes them, and nothing else
+    again = b"".join(encode_event(e.data.encode() if e.event == "message" or not named_events
+                                  else named(e.event, e.data.encode())) for e in events)
+    assert reader.whole == (data == again)
 
 
 def _parsed(data: str) -> Any:
@@ -334,9 +338,8 @@ def _translated(up: Dialect, client: Dialect, reads: list[bytes], runs: bool,
                 abort_at: int | None = None) -> Any:
     """What a stream from ``up`` gave ``client`` (an identity stream when they are one), read
     with or without runs, cut short after ``abort_at`` reads: its bytes and its accounting."""
-    tr = StreamTranslator(up, client, _request())
-    if not runs:
-        tr._in.allow_runs(False)
+    tr = stream_translator(up, client, _request(),
+                           accelerate={"forward", "templates"} | ({"runs"} if runs else set()))
     out = [tr.feed(r) for r in reads[:abort_at]]
     out.append(tr.finish() if abort_at is None else tr.abort("the upstream reset"))
     return (_OWN.sub(b"<own>", b"".join(out)), tr.chunks, tr.text_chars, tr.content_started,
@@ -380,16 +383,18 @@ def test_the_runs_are_taken_on_an_identity_stream() -> None:
     for d in DIALECTS.values():
         if getattr(d, "text_path", None) is None or getattr(d, "counter_path", None) is not None:
             continue
-        tr = StreamTranslator(d, d, _request())
+        tr = FastStreamTranslator(d, d, _request())
+        decoding = tr._in
+        assert isinstance(decoding, TemplateDecoding)
         taken = 0
-        payloads = tr._in.payloads(b"".join(_stream(d, ["tok "] * 20)))
+        payloads = decoding.payloads(b"".join(_stream(d, ["tok "] * 20)))
         assert isinstance(payloads, list)
         for p in payloads:
             if isinstance(p, TextRun):
-                assert tr._in.take_run(p), d.name
+                assert decoding.take_run(p), d.name
                 taken += p.count
             else:
-                tr._in.decode(p)
+                decoding.decode(p)
         assert taken >= 18, d.name
 
 

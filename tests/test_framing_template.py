@@ -24,8 +24,10 @@ from gateway.canonical import (
 )
 from gateway.dialects import DIALECTS, Dialect
 from gateway.framing import Slot, SniffingReader, encoder_for, slot_payload
+from gateway.framing.jsonlines import DEFAULT_MAX_LINE
 from gateway.framing.template import TemplateReader, TextPath, learn
-from gateway.pipeline import StreamDecoding, StreamTranslator
+from gateway.pipeline import StreamDecoding
+from gateway.pipeline_fast import FastStreamTranslator, TemplateDecoding
 
 PATH: TextPath = ("choices", 0, "delta", "content")
 
@@ -279,7 +281,7 @@ def _stream(d: Dialect) -> list[bytes]:
 
 
 def _decoded(d: Any, reads: list[bytes]) -> list[StreamEvent]:
-    decoding = StreamDecoding(d)
+    decoding = TemplateDecoding.of(d, DEFAULT_MAX_LINE, None) or StreamDecoding(d)
     out = [e for r in reads for e in decoding.feed(r)]
     return out + decoding.finish()
 
@@ -315,7 +317,7 @@ def test_an_identity_route_forwards_the_same_bytes_with_its_template(d: Dialect)
     for reads in (frames, [blob], cuts):
         outs = []
         for dialect in (d, _Untemplated(d)):
-            tr = StreamTranslator(dialect, dialect, _request())  # type: ignore[arg-type]
+            tr = FastStreamTranslator(dialect, dialect, _request())  # type: ignore[arg-type]
             outs.append(b"".join(tr.feed(r) for r in reads) + tr.finish())
             assert tr.text_chars == sum(map(len, TEXTS))
             assert tr.finish_reason == "stop"
@@ -330,7 +332,7 @@ def test_an_identity_stream_cut_short_ends_alike_with_its_template(d: Dialect) -
     for cut in range(1, len(frames)):
         outs = []
         for dialect in (d, _Untemplated(d)):
-            tr = StreamTranslator(dialect, dialect, _request())  # type: ignore[arg-type]
+            tr = FastStreamTranslator(dialect, dialect, _request())  # type: ignore[arg-type]
             out = b"".join(tr.feed(f) for f in frames[:cut]) \
                 + tr.abort("the upstream reset the connection")
             outs.append(_WHEN.sub(b"<when>", out))  # the clock is no part of it
@@ -348,7 +350,7 @@ def test_lines_that_end_in_crlf_go_out_with_lf_alone(d: Dialect) -> None:
     for reads in ([blob], [blob[:blob.index(b"\n") + 1], blob[blob.index(b"\n") + 1:]]):
         outs = []
         for dialect in (d, _Untemplated(d)):
-            tr = StreamTranslator(dialect, dialect, _request())  # type: ignore[arg-type]
+            tr = FastStreamTranslator(dialect, dialect, _request())  # type: ignore[arg-type]
             outs.append(b"".join(tr.feed(r) for r in reads) + tr.finish())
             assert b"\r" not in outs[-1]
             assert tr.text_chars == sum(map(len, TEXTS)) and tr.finish_reason == "stop"

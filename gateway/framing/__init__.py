@@ -15,9 +15,9 @@ import orjson
 from gateway.errors import FramingError
 from gateway.framing.jsonlines import DEFAULT_MAX_LINE, JsonLinesReader, encode_line
 from gateway.framing.named_event import Named
-from gateway.framing.search import holds
 from gateway.framing.sse import SSEEvent, SSEReader, encode_event
 from gateway.framing.template import Slot, TemplateReader, TextPath, TextRun
+from gateway.framing.verbatim import Verbatim
 
 __all__ = [
     "Framing",
@@ -30,6 +30,7 @@ __all__ = [
     "SniffingReader",
     "TextPath",
     "TextRun",
+    "Verbatim",
     "detect_framing",
     "encoder_for",
     "named",
@@ -65,24 +66,28 @@ Payload: TypeAlias = bytes | Named
 
 class PayloadReader(Protocol):
     whole: bool
-    """The last read was exactly whole frames, nothing pending before or after it: its bytes
-    may be passed on unchanged to a reader of the same framing."""
+    """The last read was exactly whole frames, nothing pending before or after it, each written
+    as this framing's writer (:func:`encoder_for`) writes the bytes of its payload and nothing
+    else: its bytes are those frames written again, and may be passed on as they came."""
 
     def feed(self, data: bytes) -> list[Any]: ...
     def finish(self) -> list[Any]: ...
 
 
 class _SSEPayloadReader:
-    __slots__ = ("_heads", "_max", "_named", "_sse", "_text", "whole")
+    __slots__ = ("_heads", "_max", "_named", "_sse", "_text", "_verbatim", "whole")
 
-    def __init__(self, max_size: int, named: bool, text: TemplateReader | None = None) -> None:
+    def __init__(self, max_size: int, named: bool, text: TemplateReader | None = None,
+                 verbatim: bool = False) -> None:
         self._sse = SSEReader(max_size)
         self._max = max_size
         self._named = named
         self._text = text
         """Reads an event of the plain shapes by the stream's template when it fits."""
+        self._verbatim = verbatim
+        """Each payload comes as a :class:`Verbatim` (a :class:`Slot` holds its bytes already)."""
         self._heads: dict[str, bytes] = {}
-        """The bytes before an event's data, by its name (runs of text frames)."""
+        """The bytes before an event's data, by its name, as :func:`encode_event` writes them."""
         self.whole = False
 
     def feed(self, data: bytes) -> list[Any]:
@@ -94,26 +99,27 @@ class _SSEPayloadReader:
         if self._named:
             events = self._sse.plain_named(data)
             if events is not None:
-                self.whole = True
-                if self._text is not None:
-                    return [self._read(d, n) for n, d in events]
-                return [_payload_of_bytes(d) if n == "message" else named(n, _payload_of_bytes(d))
-                        for n, d in events]
+                self.whole = self._sse.canonical
+                return [self._value(d, n) for n, d in events]
         else:
             plain = self._sse.plain_data(data)
             if plain is not None:
-                self.whole = True
-                if self._text is not None:
-                    return [self._read(d, "message") for d in plain]
-                return [_payload_of_bytes(d) for d in plain]
-        before = self._sse.between_events and not data.startswith(b"\xef\xbb\xbf")
-        payloads = self._payloads(self._sse.feed(data))
-        # whole events (named ones, comments, ids) with LF line ends: passed on as they are
-        self.whole = before and self._sse.between_events and not holds(data, b"\r")
-        return payloads
+                self.whole = self._sse.canonical
+                return [self._value(d, "message") for d in plain]
+        # Lines of other kinds (comments, ids, data over several lines, CRs) or events cut
+        # between reads: never the events written again.
+        self.whole = False
+        return self._payloads(self._sse.feed(data))
 
     def finish(self) -> list[Any]:
         return self._payloads(self._sse.finish())
+
+    def _head(self, name: str) -> bytes:
+        head = self._heads.get(name)
+        if head is None:
+            head = self._heads[name] = (b"data: " if name == "message" else
+                                        b"event: " + name.encode() + b"\ndata: ")
+        return head
 
     def _with_runs(self, data: bytes, text: TemplateReader) -> list[Any] | None:
         """As the plain shapes' fast path, event by event, except that the events of the
@@ -125,6 +131,7 @@ class _SSEPayloadReader:
             return None
         out: list[Any] = []
         at, size, named = 0, len(data), self._named
+        canonical = True
         while at < size:
             block = sse.plain_block(data, at, named)
             if block is None:
@@ -133,39 +140,46 @@ class _SSEPayloadReader:
                 sse.read_plain()
                 rest = data[at:]
                 out.extend(self._payloads(sse.feed(rest)))
-                self.whole = sse.between_events
+                self.whole = False
                 return out
-            name, payload, at = block
-            value = self._read(payload, name)
+            name, payload, end = block
+            head = self._head(name)
+            canonical = canonical and data.startswith(head, at)
+            at = end
+            value = self._value(payload, name)
             out.append(value)
             if type(value) is Slot:
-                head = self._heads.get(name)
-                if head is None:
-                    head = self._heads[name] = (b"data: " if name == "message" else
-                                                b"event: " + name.encode() + b"\ndata: ")
                 run = text.run(data, at, head, b"\n\n", self._max)
-                if run is not None:
+                if run is not None:  # (its frames are the head, the frame, a blank line)
                     out.append(run)
                     at = run.end
         sse.read_plain()
-        self.whole = True
+        self.whole = canonical
         return out
 
-    def _read(self, data: bytes, event: str) -> Any:
-        assert self._text is not None
-        try:
-            value = self._text.read(data, event)
-        except orjson.JSONDecodeError:
-            value = _payload(data.decode("utf-8", "replace"))  # as _payload_of_bytes does
-        if event == "message" or type(value) is Slot:
-            return value
-        return named(event, value)
+    def _value(self, data: bytes, event: str) -> Any:
+        """The payload of an event of the plain shapes, whose data is ``data``."""
+        if self._text is None:
+            value = _payload_of_bytes(data)
+        else:
+            try:
+                value = self._text.read(data, event)
+            except orjson.JSONDecodeError:
+                value = _payload(data.decode("utf-8", "replace"))  # as _payload_of_bytes does
+            if type(value) is Slot:
+                return value
+        if event != "message":
+            value = named(event, value)
+        return Verbatim(value, data) if self._verbatim else value
 
     def _payloads(self, events: list[SSEEvent]) -> list[Any]:
-        if not self._named:
-            return [_payload(e.data) for e in events]
-        return [_payload(e.data) if e.event == "message" else named(e.event, _payload(e.data))
-                for e in events]
+        out: list[Any] = []
+        for e in events:
+            value = _payload(e.data)
+            if self._named and e.event != "message":
+                value = named(e.event, value)
+            out.append(Verbatim(value, e.data.encode()) if self._verbatim else value)
+        return out
 
 
 def _payload(data: str) -> Any:
@@ -193,22 +207,26 @@ def detect_framing(head: bytes) -> Framing | None:
 
 
 def reader_for(framing: Framing, max_size: int = DEFAULT_MAX_LINE, *,
-               named: bool = False, text: TemplateReader | None = None) -> PayloadReader:
+               named: bool = False, text: TemplateReader | None = None,
+               verbatim: bool = False) -> PayloadReader:
     """``named``: SSE events with an ``event:`` name other than ``message`` are returned as
     :class:`Named` (for dialects whose events are named). ``text``: frames that fit the
-    stream's template come as :class:`Slot` (see :mod:`gateway.framing.template`)."""
+    stream's template come as :class:`Slot` (see :mod:`gateway.framing.template`).
+    ``verbatim``: every other payload comes as a :class:`Verbatim`, with its bytes."""
     if framing == "jsonlines":
-        return JsonLinesReader(max_size, text)
-    return _SSEPayloadReader(max_size, named, text)
+        return JsonLinesReader(max_size, text, verbatim=verbatim)
+    return _SSEPayloadReader(max_size, named, text, verbatim)
 
 
 class SniffingReader:
     """Buffers until the first non-blank byte tells the framing, then delegates."""
 
-    __slots__ = ("_head", "_held", "_max", "_named", "_reader", "_text", "framing", "whole")
+    __slots__ = ("_head", "_held", "_max", "_named", "_reader", "_text", "_verbatim", "framing",
+                 "whole")
 
     def __init__(self, max_size: int = DEFAULT_MAX_LINE, *, named: bool = False,
-                 text_path: TextPath | None = None, counter_path: TextPath | None = None) -> None:
+                 text_path: TextPath | None = None, counter_path: TextPath | None = None,
+                 verbatim: bool = False) -> None:
         self._text = TemplateReader(text_path, counter_path) if text_path is not None else None
         """Given the path of a text frame's text (and of its counter, when the stream numbers
         its frames), frames that fit the template learned from one come as :class:`Slot`,
@@ -219,6 +237,8 @@ class SniffingReader:
         self._held = 0
         self._max = max_size
         self._named = named
+        self._verbatim = verbatim
+        """Payloads come with their bytes (:class:`Verbatim`)."""
         self._reader: PayloadReader | None = None
         self.framing: Framing | None = None
         self.whole = False
@@ -241,7 +261,8 @@ class SniffingReader:
                     raise FramingError(f"more than {self._max} blank bytes before any payload")
                 return []
             self.framing = framing
-            self._reader = reader_for(framing, self._max, named=self._named, text=self._text)
+            self._reader = reader_for(framing, self._max, named=self._named, text=self._text,
+                                      verbatim=self._verbatim)
             if self._head:
                 data = b"".join([*self._head, data])
                 self._head = []

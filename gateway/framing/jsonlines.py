@@ -17,6 +17,7 @@ from gateway.errors import FramingError
 from gateway.framing.named_event import Named
 from gateway.framing.search import holds
 from gateway.framing.template import Slot, TemplateReader
+from gateway.framing.verbatim import Verbatim
 
 __all__ = ["DEFAULT_MAX_LINE", "JsonLinesReader", "encode_line"]
 
@@ -88,12 +89,16 @@ class JsonLinesReader:
     once, when it ends (re-joining the held bytes on every read made a long line arriving in
     small reads quadratic: 8 MiB in 2 KiB reads cost seconds of CPU)."""
 
-    __slots__ = ("_held", "_max_line", "_parts", "_scanner", "_text", "scanned", "whole")
+    __slots__ = ("_held", "_max_line", "_parts", "_scanner", "_text", "_verbatim", "scanned",
+                 "whole")
 
     def __init__(self, max_line: int = DEFAULT_MAX_LINE,
-                 text: TemplateReader | None = None) -> None:
+                 text: TemplateReader | None = None, *, verbatim: bool = False) -> None:
         self._text = text
         """Reads a line by the stream's template when it fits (:mod:`gateway.framing.template`)."""
+        self._verbatim = verbatim
+        """Each value comes as a :class:`Verbatim`, with the bytes it was parsed from (a
+        :class:`Slot` holds them already)."""
         self._parts: list[bytes] = []
         """The pieces of an unfinished line."""
         self._held = 0
@@ -101,8 +106,9 @@ class JsonLinesReader:
         self._max_line = max_line
         self._scanner: _Scanner | None = None
         self.whole = False
-        """The last :meth:`feed`'s bytes were exactly whole lines, each one compact JSON value
-        (or blank), so they may be passed on as they are."""
+        """The last :meth:`feed`'s bytes were exactly whole lines, each one JSON value and
+        nothing else (no blank line, no CR): the lines :func:`encode_line` writes of each
+        value's bytes, so the read may be passed on as they would be."""
         self.scanned = 0
         """Bytes scanned for line ends or copied into lines so far: linear in the bytes fed
         (what the tests check, in place of timing)."""
@@ -176,19 +182,24 @@ class JsonLinesReader:
             raise FramingError(f"a line is longer than {self._max_line} bytes")
         if self._scanner is None or not self._scanner.pending:
             try:
-                out.append(orjson.loads(line) if self._text is None
-                           else self._text.read(line, "message"))
-                return
+                value = orjson.loads(line) if self._text is None \
+                    else self._text.read(line, "message")
             except orjson.JSONDecodeError:
                 if not line.strip(_WS):
+                    self.whole = False  # a blank line: no value, nothing to pass on
                     return
+            else:
+                out.append(Verbatim(value, line) if self._verbatim and type(value) is not Slot
+                           else value)
+                return
             self._scanner = _Scanner()
         self.whole = False
         scanner = self._scanner
         for piece in scanner.feed(line + b"\n"):
             try:
-                out.append(orjson.loads(piece))
+                value = orjson.loads(piece)
             except orjson.JSONDecodeError as e:
                 raise FramingError(f"a line is not JSON ({e})") from e
+            out.append(Verbatim(value, piece) if self._verbatim else value)
         if scanner.size > self._max_line:
             raise FramingError(f"a value is longer than {self._max_line} bytes")

@@ -54,7 +54,7 @@ class SSEReader:
     joined once, when the line ends."""
 
     __slots__ = ("_cr", "_data", "_event", "_first", "_held", "_last_id", "_max", "_parts",
-                 "_retry", "_size", "scanned")
+                 "_retry", "_size", "canonical", "scanned")
 
     def __init__(self, max_event: int = DEFAULT_MAX_EVENT) -> None:
         self._parts: list[bytes] = []
@@ -72,6 +72,10 @@ class SSEReader:
         self.scanned = 0
         """Bytes scanned for line ends or copied into lines so far: linear in the bytes fed
         (what the tests check, in place of timing)."""
+        self.canonical = False
+        """The events the last :meth:`plain_data` or :meth:`plain_named` returned were each
+        written as :func:`encode_event` writes one (a space after each field's colon, no
+        ``event:`` line for an unnamed event): the read is those events written again."""
 
     def feed(self, data: bytes) -> list[SSEEvent]:
         if self._cr and data:  # an empty read must not forget the pending CR
@@ -121,11 +125,6 @@ class SSEReader:
         if self._held > self._max:
             raise FramingError(f"an event is longer than {self._max} bytes")
 
-    @property
-    def between_events(self) -> bool:
-        """Nothing of an unfinished line or event is held."""
-        return not (self._parts or self._data or self._cr or self._event)
-
     def plain_data(self, data: bytes) -> list[bytes] | None:
         """The data of each event in ``data`` when it holds only whole, plain events (a
         ``data:`` line then a blank line, LF only) and the reader is between events; else
@@ -139,12 +138,18 @@ class SSEReader:
         if blocks is None:
             return None
         out: list[bytes] = []
+        canonical = True
         for block in blocks:
             if (not block.startswith(b"data:") or holds(block, b"\n")
                     or len(block) > self._max):
                 return None
-            out.append(block[6:] if block[5:6] == b" " else block[5:])
+            if block[5:6] == b" ":
+                out.append(block[6:])
+            else:
+                out.append(block[5:])
+                canonical = False
         self._first = False  # it began with "data:", so there was no BOM to drop
+        self.canonical = canonical
         return out
 
     def _whole_blocks(self, data: bytes) -> list[bytes] | None:
@@ -205,6 +210,7 @@ class SSEReader:
         if blocks is None:
             return None
         out: list[tuple[str, bytes]] = []
+        canonical = True
         for block in blocks:
             if len(block) > self._max:
                 return None
@@ -212,14 +218,23 @@ class SSEReader:
                 name, line = "message", block
             elif block.startswith(b"event:"):
                 head, _, line = block.partition(b"\n")
-                value = head[7:] if head[6:7] == b" " else head[6:]
+                spaced = head[6:7] == b" "
+                value = head[7:] if spaced else head[6:]
                 name = value.decode("utf-8", "replace") or "message"
+                # (written again, it would have its space, and no name when it is "message")
+                canonical = canonical and spaced and name != "message" \
+                    and name.encode() == value
             else:
                 return None
             if not line.startswith(b"data:") or holds(line, b"\n"):
                 return None
-            out.append((name, line[6:] if line[5:6] == b" " else line[5:]))
+            if line[5:6] == b" ":
+                out.append((name, line[6:]))
+            else:
+                out.append((name, line[5:]))
+                canonical = False
         self._first = False  # it began with a field name, so there was no BOM to drop
+        self.canonical = canonical
         return out
 
     def finish(self) -> list[SSEEvent]:

@@ -26,7 +26,7 @@ parsed, and a parsed frame's counter sets the one expected next. An integer toke
 first non-digit, so, as for the text, the tokens around it are the learned frame's own.
 
 What a :class:`Slot` means (a text-only event) is not this module's to say: the stream's decoder
-confirms it (``gateway.pipeline.StreamDecoding``).
+confirms it (``gateway.pipeline_fast.TemplateDecoding``).
 
 **Runs.** A read that holds a whole answer holds twenty such frames in a row, and reading them one
 at a time (cut out, compared, a :class:`Slot` each) is most of what an identity route's stream
@@ -292,9 +292,12 @@ class _Framed:
         """How it ends (after its counter, when it has one)."""
         self.between = self.last + self.first
         # A template whose own bytes hold a line end where it could be mistaken for the
-        # framing's is read frame by frame (a line reader cuts there first); so is a numbered one
-        # whose ``before`` is also between its frames (cut there, its runs would never fit).
-        self.plain = (not holds(prefix + suffix + before, b"\n")
+        # framing's is read frame by frame (a line reader cuts there first; and a CR, whitespace
+        # to JSON, is a line end to an SSE reader: such frames are written again, not passed on
+        # as they came); so is a numbered one whose ``before`` is also between its frames (cut
+        # there, its runs would never fit).
+        around = prefix + suffix + before
+        self.plain = (not holds(around, b"\n") and not holds(around, b"\r")
                       and (not before or not holds(self.between, before)))
 
 

@@ -1,0 +1,313 @@
+"""Fast paths beside the plain stream path of :mod:`gateway.pipeline`, each switchable, each giving
+the very bytes the plain path gives (``tests/test_accelerators.py`` runs every pair of registered
+dialects both ways).
+
+The accelerators, by name (:data:`ACCELERATORS`):
+
+``forward``
+    On an identity route, a read made of whole frames, every payload of it passed on, is sent as
+    the very bytes that came: the framing reader proved them the frames the plain path would
+    write (:attr:`gateway.framing.PayloadReader.whole`), so none is built.
+``templates``
+    An upstream dialect that names where a text-only chunk holds its text (``text_path``) has
+    such chunks read without parsing them, once one was (:mod:`gateway.framing.template`): its
+    decoder reads the first of them, and the dialect promises it reads the others alike.
+``runs``
+    With ``templates``: the text frames that follow one another in a read are read at once (a
+    :class:`TextRun`), passed on as their bytes on an identity route, or written by an encoder
+    that takes their texts as they are (``plain_texts``) on another.
+
+:func:`stream_translator` and :func:`stream_assembler` build the plain path's objects with the
+accelerators asked for (all of them by default).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from gateway.canonical import ChatRequest, StreamError, StreamEvent, TextDelta
+from gateway.carry import Policy
+from gateway.dialects import Dialect
+from gateway.framing import Payload, Slot, SniffingReader, TextRun, named, slot_payload
+from gateway.framing.jsonlines import DEFAULT_MAX_LINE
+from gateway.framing.search import holds
+from gateway.pipeline import (
+    Scrub,
+    StreamAssembler,
+    StreamDecoding,
+    StreamTranslator,
+    optional,
+)
+
+__all__ = [
+    "ACCELERATORS",
+    "Accelerate",
+    "FastStreamTranslator",
+    "TemplateDecoding",
+    "accelerators",
+    "stream_assembler",
+    "stream_translator",
+]
+
+ACCELERATORS: frozenset[str] = frozenset({"forward", "templates", "runs"})
+"""Every accelerator's name (see the module's docstring)."""
+
+Accelerate = bool | Iterable[str]
+"""``True``: every accelerator; ``False``: none (the plain path); or the names of those to use."""
+
+
+def accelerators(accelerate: Accelerate) -> frozenset[str]:
+    """The accelerators ``accelerate`` asks for; :class:`ValueError` for an unknown name."""
+    if accelerate is True:
+        return ACCELERATORS
+    if accelerate is False:
+        return frozenset()
+    chosen = frozenset(accelerate)
+    unknown = chosen - ACCELERATORS
+    if unknown:
+        raise ValueError(f"unknown stream accelerators: {', '.join(sorted(unknown))}; "
+                         f"known: {', '.join(sorted(ACCELERATORS))}")
+    return chosen
+
+
+def stream_translator(
+    upstream: Dialect, client: Dialect, req: ChatRequest, *,
+    max_size: int = DEFAULT_MAX_LINE, policy: Policy = "reject", scrub: Scrub | None = None,
+    accelerate: Accelerate = True,
+) -> StreamTranslator:
+    """A :class:`StreamTranslator` with the accelerators asked for (the plain one with none)."""
+    chosen = accelerators(accelerate)
+    if not chosen:
+        return StreamTranslator(upstream, client, req, max_size=max_size, policy=policy,
+                                scrub=scrub)
+    return FastStreamTranslator(upstream, client, req, max_size=max_size, policy=policy,
+                                scrub=scrub, accelerators=chosen)
+
+
+def stream_assembler(upstream: Dialect, max_size: int = DEFAULT_MAX_LINE,
+                     scrub: Scrub | None = None, *,
+                     accelerate: Accelerate = True) -> StreamAssembler:
+    """A :class:`StreamAssembler` that reads text frames by their template when asked (the only
+    accelerator a whole answer has a use for)."""
+    decoding = None
+    if "templates" in accelerators(accelerate):
+        decoding = TemplateDecoding.of(upstream, max_size, scrub)
+    return StreamAssembler(upstream, max_size, scrub, decoding=decoding)
+
+
+def template_reader(upstream: Dialect, max_size: int, verbatim: bool) -> SniffingReader | None:
+    """A framing reader that reads ``upstream``'s text frames by their template, or ``None``
+    when its dialect names no ``text_path``."""
+    path = optional(upstream, "text_path")
+    if path is None:
+        return None
+    return SniffingReader(max_size, named=upstream.named_events, text_path=path,
+                          counter_path=optional(upstream, "counter_path"), verbatim=verbatim)
+
+
+def _text_alone(event: StreamEvent, text: str) -> bool:
+    """``event == TextDelta(text)``, without building one to compare."""
+    return (type(event) is TextDelta and event.text == text and event.agent is None
+            and event.message_id is None)
+
+
+class TemplateDecoding(StreamDecoding):
+    """:class:`StreamDecoding` whose reader reads text frames by their template (a
+    :class:`Slot`), and, when asked (:meth:`allow_runs`), runs of them at once (a
+    :class:`TextRun`). What a :class:`Slot` means its decoder confirms on the first of a
+    template; the others it is not given (``again`` tells a decoder that counts them)."""
+
+    __slots__ = ("_again", "_text_alone")
+
+    def __init__(self, upstream: Dialect, max_size: int, scrub: Scrub | None,
+                 reader: SniffingReader) -> None:
+        super().__init__(upstream, max_size, scrub, reader=reader)
+        self._text_alone = False
+        """The last payload decoded was a :class:`Slot` its decoder read as its text alone."""
+        self._again: Callable[[int], None] | None = optional(self._decoder, "again")
+        """A decoder that counts what a text frame gave (optional) is told of each text frame
+        read by the template, which it is not given to decode."""
+
+    @classmethod
+    def of(cls, upstream: Dialect, max_size: int, scrub: Scrub | None, *,
+           verbatim: bool = False) -> TemplateDecoding | None:
+        """One for ``upstream``, or ``None`` when its dialect names no ``text_path``."""
+        reader = template_reader(upstream, max_size, verbatim)
+        return None if reader is None else cls(upstream, max_size, scrub, reader)
+
+    def allow_runs(self, on: bool = True) -> None:
+        """Whether the caller takes :class:`TextRun` s (:meth:`take_run`)."""
+        self._reader.allow_runs(on)
+
+    def take_run(self, run: TextRun) -> bool:
+        """The frames of ``run`` are text alone, as the :class:`Slot` right before them was
+        (the dialect's promise, with ``text_path``): counted as read, and ``True``. ``False``:
+        the caller reads them one by one (:meth:`TextRun.slots`)."""
+        if not self._text_alone or self.ended:
+            return False
+        self.events += run.count
+        if self._again is not None:
+            self._again(run.chars)
+        return True
+
+    def decode(self, payload: Any) -> list[StreamEvent]:
+        if type(payload) is not Slot:
+            self._text_alone = False
+            return super().decode(payload)
+        self.events += 1
+        if self._text_alone:
+            if self._again is not None:
+                self._again(len(payload.text))
+            return [TextDelta(payload.text)]
+        events = self._decoded(slot_payload(payload))
+        # The decoder read this frame as its text alone: it reads so every frame of the same
+        # template that follows it (the dialect's promise, with ``text_path``), until another
+        # payload comes between and may change what it expects. If it did not, the template is
+        # not one of text frames: every frame is parsed from now on.
+        self._text_alone = len(events) == 1 and _text_alone(events[0], payload.text)
+        if not self._text_alone:
+            self._reader.drop_template()
+        return events
+
+
+class FastStreamTranslator(StreamTranslator):
+    """:class:`StreamTranslator` with accelerators (see the module's docstring): the same bytes,
+    the same state after each read."""
+
+    __slots__ = ("_forward", "_plain", "_reader", "_runs")
+
+    def __init__(
+        self, upstream: Dialect, client: Dialect, req: ChatRequest, *,
+        max_size: int = DEFAULT_MAX_LINE, policy: Policy = "reject", scrub: Scrub | None = None,
+        accelerators: frozenset[str] = ACCELERATORS,
+    ) -> None:
+        same = upstream is client
+        reader = template_reader(upstream, max_size, same) if "templates" in accelerators \
+            else None
+        decoding: StreamDecoding
+        if reader is not None:
+            decoding = TemplateDecoding(upstream, max_size, scrub, reader)
+        else:
+            reader = SniffingReader(max_size, named=upstream.named_events, verbatim=same)
+            decoding = StreamDecoding(upstream, max_size, scrub, reader=reader)
+        self._reader = reader
+        """Its :attr:`~gateway.framing.SniffingReader.whole` says whether a read may be
+        forwarded as it came."""
+        super().__init__(upstream, client, req, max_size=max_size, policy=policy, scrub=scrub,
+                         decoding=decoding)
+        self._forward = "forward" in accelerators and same
+        self._plain: Callable[[list[bytes]], list[Payload] | None] | None = optional(
+            self._encoder, "plain_texts")
+        """An encoder that writes the texts of a run as they are (optional: see
+        :class:`gateway.dialects.base.StreamEncoder`)."""
+        # An identity route reads its text frames only to count them (runs are passed on as
+        # their bytes), a translating one to cut their texts out. A cumulative client's encoder
+        # keeps the text it was shown, which a run does not replay: its frames are read one by
+        # one. A route whose identity waits on the first payload starts without runs.
+        self._runs: TemplateDecoding | None = None
+        """The decoding that gives runs, when they are read."""
+        if "runs" in accelerators and isinstance(decoding, TemplateDecoding) and (
+                (self._identity and not client.cumulative_stream) or not same):
+            self._runs = decoding
+            decoding.allow_runs()
+
+    def feed(self, data: bytes) -> bytes:
+        if self.done:
+            return b""
+        payloads = self._in.payloads(data)
+        if isinstance(payloads, StreamError):
+            return self._events([payloads])
+        runs = self._runs
+        if runs is None and not self._forward:
+            return self._translate(payloads)
+        out: list[bytes] = []
+        passed: list[Any] = []
+        """Payloads passed on as they came whose frames are not built yet."""
+        i = 0
+        while i < len(payloads):
+            payload = payloads[i]
+            i += 1
+            frame: bytes | None
+            if type(payload) is TextRun:
+                assert runs is not None  # (only a decoding asked for runs gives them)
+                if not runs.take_run(payload):
+                    payloads[i:i] = payload.slots()  # read one by one, as they would have been
+                    continue
+                if self._identity:
+                    self._ran(payload)
+                    frame = None
+                else:
+                    frame = self._run(payload)
+            else:
+                frame = self._payload(payload)
+            if frame is None:
+                passed.append(payload)
+            else:
+                out.extend(self._as_it_came(p) for p in passed)
+                passed = []
+                out.append(frame)
+            if self.done:
+                break
+        if self._forward and passed and not out and i == len(payloads) and self._reader.whole:
+            # Every frame of this read passes on as it came, and the read is those frames
+            return data
+        out.extend(self._as_it_came(p) for p in passed)
+        return b"".join(out)
+
+    def _writes_as_it_came(self, payload: Any) -> bool:
+        if type(payload) is Slot:  # (its template's bytes hold no line end: a CR, at most)
+            return not holds(payload.raw, b"\r")
+        return super()._writes_as_it_came(payload)
+
+    def _as_it_came(self, payload: Any) -> bytes:
+        if type(payload) is Slot:
+            return self._frame(payload.raw if payload.event == "message"
+                               else named(payload.event, payload.raw))
+        if type(payload) is TextRun:  # its frames, which hold no CR (gateway.framing.template)
+            return payload.data[payload.start:payload.end]
+        return super()._as_it_came(payload)
+
+    def _written_again(self, payload: Any) -> bytes:
+        if type(payload) is Slot:
+            payload = slot_payload(payload)
+        return super()._written_again(payload)
+
+    def _followed(self, payload: Any) -> Any:
+        # A frame read by the template and never parsed goes as the Slot it is: the frame
+        # followed last but for its text (and counter), as the dialect promised.
+        if type(payload) is Slot and payload.value is not None:
+            return slot_payload(payload)
+        return super()._followed(payload)
+
+    def _ran(self, run: TextRun) -> None:
+        """Identity mode: a run of text frames passed on, counted as :meth:`_pass_through`
+        counts each of them."""
+        self.text_chars += run.chars
+        self.content_started = True
+        if self._follow is None:
+            # Kept as its length, not as the run: a run holds the read's bytes, which kept for
+            # the stream's life would hold every read. Runs are only read for a client whose
+            # encoder keeps nothing of the text it wrote (see __init__).
+            self._replay.append(run.chars)
+        else:
+            self._follow(run)
+        self._started = True
+        self.chunks += run.count
+
+    def _run(self, run: TextRun) -> bytes:
+        """A translating route's run of text frames: each the TextDelta decoding it gives (the
+        dialect's promise), written by an encoder that takes its texts as they are
+        (``plain_texts``) when it can, counted as :meth:`_events` counts their TextDeltas
+        (which every gate lets through)."""
+        plain = self._plain
+        if plain is not None and self._started and not self.done and not self._replay:
+            payloads = plain(run.texts())
+            if payloads is not None:
+                self.text_chars += run.chars
+                self.content_started = True
+                self.chunks += len(payloads)
+                frame = self._frame
+                return b"".join([frame(p) for p in payloads])
+        return self._events([TextDelta(t.decode()) for t in run.texts()])
+

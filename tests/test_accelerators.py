@@ -1,0 +1,272 @@
+"""The stream accelerators (gateway.pipeline_fast) change nothing but speed: for every ordered
+pair of registered dialects, every stream of the upstream's (its samples, the rich cases its
+strict writer writes, text streams its own encoder writes, each also spaced and escaped as other
+servers write JSON, with CRLF line ends, cut short, with a malformed frame, and cut off by the
+transport), read in several ways (at once, frame by frame, byte by byte when short, at seeded
+random places), the client gets the same bytes from each read, and the translator ends in the
+same state (error, broken, usage, dropped fields, counts), with the accelerators on and off.
+
+No dialect is named: pairs, cases and what each can do come from the registry and the dialects'
+declarations.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections.abc import Iterator
+from functools import cache
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from observe import chunks, client_request, pairs, stream_cases
+
+import gateway.canonical
+from gateway.canonical import (
+    ChatRequest,
+    Message,
+    StreamError,
+    StreamEvent,
+    StreamFinish,
+    StreamStart,
+    TextDelta,
+    Usage,
+)
+from gateway.dialects import DIALECTS, Dialect
+from gateway.framing import encoder_for
+from gateway.pipeline import StreamTranslator
+from gateway.pipeline_fast import (
+    ACCELERATORS,
+    Accelerate,
+    FastStreamTranslator,
+    accelerators,
+    stream_assembler,
+    stream_translator,
+)
+
+PAIRS = pairs()
+IDS = [f"{u}->{c}" for u, c in PAIRS]
+
+TEXTS = ["Hello", ", ", "wörld", " 😀", " plain", " text", " «quoted»", " ü", " more", " 日本語",
+         " again", " and", " again", " —", " end", " of", " the", " run", " of", " text", "."]
+"""Pieces of text, ASCII and not, enough in a row for runs of text frames."""
+
+_WHEN = re.compile(rb"\d{4}-\d\d-\d\dT[\d:.]+Z|(?<=\"created\":)\d+|(?<=\"created_at\":)\d+")
+"""What an encoder writes of the clock: no part of what is compared (its ids are: see
+:class:`_Drawn`)."""
+
+LONG = 700
+"""Bodies up to this long are also read byte by byte."""
+
+
+class _Drawn:
+    """Random bytes drawn from a seed, in place of the kernel's, so that the ids two
+    translators mint are the same ids."""
+
+    def __init__(self) -> None:
+        self._rng = random.Random(0)
+
+    def take(self, n: int) -> bytes:
+        return self._rng.randbytes(n)
+
+    def drop(self) -> None:
+        pass
+
+
+@pytest.fixture(autouse=True)
+def _drawn_ids(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setattr(gateway.canonical, "_RANDOM", _Drawn())
+    yield
+
+
+# --- the upstream's streams ----------------------------------------------------------------------
+
+
+def _separator(d: Dialect) -> bytes:
+    return b"\n\n" if d.framing == "sse" else b"\n"
+
+
+def _encoded(d: Dialect, events: list[StreamEvent]) -> bytes:
+    encoder, frame = d.encoder(ChatRequest(messages=[Message("user", "hi")], stream=True)), \
+        encoder_for(d.framing)
+    return b"".join(frame(p) for e in events for p in encoder.encode(e))
+
+
+def _spaced(d: Dialect, body: bytes) -> bytes:
+    """Each JSON payload written as Python's json module writes it (spaces after separators,
+    non-ASCII escaped), as some servers do and the gateway's own writer never would."""
+    prefix = b"data:" if d.framing == "sse" else b""
+    out = []
+    for line in body.split(b"\n"):
+        if line.startswith(prefix):
+            rest = line[len(prefix):]
+            try:
+                value = json.loads(rest)
+            except ValueError:
+                pass
+            else:
+                line = prefix + (b" " if prefix else b"") + json.dumps(value).encode()
+        out.append(line)
+    return b"\n".join(out)
+
+
+def _frames(d: Dialect, body: bytes) -> list[bytes]:
+    """The body cut after each frame's end."""
+    sep = _separator(d)
+    parts = body.split(sep)
+    out = [p + sep for p in parts[:-1]]
+    return out + ([parts[-1]] if parts[-1] else [])
+
+
+@cache
+def upstream_streams(up: str) -> list[tuple[str, bytes, Any]]:
+    """``(name, body, session state the client sends)`` for every stream of the upstream's."""
+    u = DIALECTS[up]
+    base: list[tuple[str, bytes, Any]] = [(c.id, c.body, c.sent) for c in stream_cases(u)]
+    usage = Usage(input_tokens=3, output_tokens=len(TEXTS)) if u.capabilities.usage_stream \
+        else None
+    text: list[StreamEvent] = [StreamStart(model="m"), *(TextDelta(t) for t in TEXTS)]
+    base.append(("texts", _encoded(u, [*text, StreamFinish("stop", usage)]), None))
+    base.append(("texts-error", _encoded(u, [*text, StreamError("it broke: ü 💥", code="x")]),
+                 None))
+    out = list(base)
+    sep = _separator(u)
+    for name, body, sent in base:
+        out.append((f"{name}/spaced", _spaced(u, body), sent))
+        out.append((f"{name}/crlf", body.replace(b"\r\n", b"\n").replace(b"\n", b"\r\n"), sent))
+        frames = _frames(u, body)
+        middle = sum(map(len, frames[:len(frames) // 2]))
+        out.append((f"{name}/cut", body[:middle + len(frames[len(frames) // 2]) // 2], sent))
+        bad = b"data: {not json" + sep if u.framing == "sse" else b"{not json" + sep
+        out.append((f"{name}/malformed", body[:middle] + bad + body[middle:], sent))
+    return out
+
+
+def readings(d: Dialect, name: str, body: bytes) -> Iterator[tuple[str, list[bytes], bool]]:
+    """``(how, reads, aborted)``: the ways the body is read, the last one cut off by the
+    transport halfway."""
+    yield "whole", [body], False
+    yield "frames", _frames(d, body), False
+    if len(body) <= LONG:
+        yield "bytes", [body[i:i + 1] for i in range(len(body))], False
+    for k in range(2):
+        yield f"random{k}", chunks(body, random.Random(f"{name}/{k}")), False
+    reads = chunks(body, random.Random(f"{name}/aborted"))
+    yield "aborted", reads[:max(1, len(reads) // 2)], True
+
+
+# --- running -------------------------------------------------------------------------------------
+
+
+def run(tr: StreamTranslator, reads: list[bytes], aborted: bool) -> tuple[Any, ...]:
+    out = [_WHEN.sub(b"<when>", tr.feed(r)) for r in reads]
+    last = tr.abort("the upstream reset the connection") if aborted else tr.finish()
+    out.append(_WHEN.sub(b"<when>", last))
+    return (out, tr.error, tr.broken, tr.failed, tr.done, tr.usage, list(tr.dropped), tr.chunks,
+            tr.text_chars, tr.content_started, tr.model, tr.finish_reason, tr.events_read(),
+            tr.feed(reads[0]) if reads else b"")
+
+
+def translated(u: Dialect, c: Dialect, req: ChatRequest, reads: list[bytes], aborted: bool,
+               accelerate: Accelerate, policy: str) -> tuple[Any, ...]:
+    gateway.canonical._RANDOM = _Drawn()  # (the ids minted from here on: the same each run)
+    tr = stream_translator(u, c, req, policy=policy,  # type: ignore[arg-type]
+                           accelerate=accelerate)
+    assert isinstance(tr, FastStreamTranslator) == bool(accelerators(accelerate))
+    return run(tr, reads, aborted)
+
+
+@pytest.mark.parametrize(("up", "cl"), PAIRS, ids=IDS)
+def test_the_accelerators_change_no_byte(up: str, cl: str) -> None:
+    u, c = DIALECTS[up], DIALECTS[cl]
+    singles: list[Accelerate] = [{"forward"}, {"templates"}, {"templates", "runs"}]
+    for k, (name, body, sent) in enumerate(upstream_streams(up)):
+        req, _ = client_request(c, stream=True, sent=sent)
+        policy = ("reject", "drop")[k % 2]  # (both, over the cases)
+        for how, reads, aborted in readings(u, name, body):
+            plain = translated(u, c, req, reads, aborted, False, policy)
+            fast = translated(u, c, req, reads, aborted, True, policy)
+            assert fast == plain, (name, how)
+            if how in ("whole", "frames"):
+                for chosen in singles:
+                    got = translated(u, c, req, reads, aborted, chosen, policy)
+                    assert got == plain, (name, how, chosen)
+
+
+@settings(max_examples=300, deadline=None)
+@given(pair=st.sampled_from(PAIRS), data=st.data(),
+       junk=st.lists(st.tuples(st.integers(0, 1 << 16), st.binary(min_size=1, max_size=3)),
+                     max_size=2),
+       cuts=st.lists(st.integers(1, 1 << 16), max_size=4))
+def test_damaged_streams_are_the_same_with_accelerators(
+        pair: tuple[str, str], data: st.DataObject, junk: list[tuple[int, bytes]],
+        cuts: list[int]) -> None:
+    """Any of the streams above with stray bytes written over it, read at any places."""
+    up, cl = pair
+    u, c = DIALECTS[up], DIALECTS[cl]
+    name, body, sent = data.draw(st.sampled_from(upstream_streams(up)), label="stream")
+    for at, bad in junk:
+        at %= len(body) + 1
+        body = body[:at] + bad + body[at + len(bad):]
+    edges = sorted({k % len(body) for k in cuts if k % len(body)}) if body else []
+    reads = [body[a:b] for a, b in zip([0, *edges], [*edges, len(body)], strict=True)]
+    req, _ = client_request(c, stream=True, sent=sent)
+    for policy in ("reject", "drop"):
+        assert translated(u, c, req, reads, False, True, policy) == \
+            translated(u, c, req, reads, False, False, policy), name
+
+
+@pytest.mark.parametrize("up", list(DIALECTS), ids=list(DIALECTS))
+def test_an_assembled_answer_is_the_same_with_templates(up: str) -> None:
+    u = DIALECTS[up]
+    for name, body, _ in upstream_streams(up):
+        for how, reads, _aborted in readings(u, name, body):
+            answers = []
+            for accelerate in (False, True):
+                asm = stream_assembler(u, accelerate=accelerate)
+                for r in reads:
+                    asm.feed(r)
+                resp = asm.finish()
+                answers.append((resp, asm.error, asm.broken, asm.events_read()))
+            assert answers[0] == answers[1], (name, how)
+
+
+# --- the accelerators are used, and switched ---------------------------------------------------
+
+
+@pytest.mark.parametrize("d", list(DIALECTS.values()), ids=list(DIALECTS))
+def test_an_identity_route_forwards_a_read_of_whole_frames_as_it_came(d: Dialect) -> None:
+    """(What the test above compares is not two ways that never differ.)"""
+    body = _encoded(d, [StreamStart(model="m"), *(TextDelta(t) for t in TEXTS)])
+    req = ChatRequest(messages=[Message("user", "hi")], stream=True)
+    assert stream_translator(d, d, req).feed(body) is body
+    assert stream_translator(d, d, req, accelerate=False).feed(body) == body
+
+
+def test_every_accelerator_is_used_by_some_pair() -> None:
+    used: set[str] = set()
+    req = ChatRequest(messages=[Message("user", "hi")], stream=True)
+    for up, cl in PAIRS:
+        u, c = DIALECTS[up], DIALECTS[cl]
+        body = _encoded(u, [StreamStart(model="m"), *(TextDelta(t) for t in TEXTS)])
+        tr = stream_translator(u, c, req)
+        assert isinstance(tr, FastStreamTranslator)
+        payloads = tr._in.payloads(body)
+        assert isinstance(payloads, list)
+        kinds = {type(p).__name__ for p in payloads}
+        if "Slot" in kinds:
+            used.add("templates")
+        if "TextRun" in kinds:
+            used.add("runs")
+        if u is c:
+            used.add("forward")
+    assert used == ACCELERATORS
+
+
+def test_unknown_accelerators_are_refused() -> None:
+    with pytest.raises(ValueError, match="unknown stream accelerators: warp"):
+        accelerators({"warp", "runs"})
+    assert accelerators(True) == ACCELERATORS and accelerators(False) == frozenset()
