@@ -145,6 +145,13 @@ class ServerConfig(_Model):
     response objects for every request, behind the edge's limits. ``fast`` (a lane of the
     gateway's own beside aiohttp's parser) is retired: still accepted, served as ``aiohttp``,
     with a warning from ``check`` and at start (:func:`retired_settings`)."""
+    stream_accelerators: bool | list[Literal["forward", "templates", "runs"]] = True
+    """The fast paths beside the plain decode-translate-encode path of a stream
+    (:mod:`gateway.pipeline_fast`): ``true`` all, ``false`` none, or a list of ``forward``
+    (an identity route's whole frames sent as they came), ``templates`` (text frames read
+    without parsing them) and ``runs`` (rows of text frames read at once; needs
+    ``templates``). The client gets the same bytes either way (tests/test_accelerators.py);
+    only the CPU differs."""
     loop: Literal["auto", "asyncio", "uvloop"] = "auto"
     """The event loop: ``auto`` is uvloop when it is installed, else asyncio's own
     (``--loop`` overrides it). Read at start."""

@@ -61,7 +61,7 @@ async def serve(request: ClientRequest, env: Env, runtime: Runtime,
     request_id = request_id_of(request)
     trace = env.tracing.begin(request, entry) if env.tracing is not None else None
     sink = env.sink(request)
-    answerer = Answerer(sink, entry, request_id)
+    answerer = Answerer(sink, entry, request_id, runtime.config.server.stream_accelerators)
     attempts = AttemptLog()
     inflight = env.metrics.inflight.labels(entry.config.path)
     inflight.inc()

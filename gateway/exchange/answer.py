@@ -26,13 +26,13 @@ from gateway.exchange.attempts import Answered, ClientGone
 from gateway.exchange.sink import ResponseSink
 from gateway.framing import encoder_for
 from gateway.pipeline import (
-    StreamAssembler,
     StreamTranslator,
     adapt_response,
     events_from_response,
     parse_body,
     with_session_echo,
 )
+from gateway.pipeline_fast import Accelerate, stream_assembler, stream_translator
 from gateway.runtime import RouteEntry
 from gateway.upstream import UpstreamCall
 
@@ -105,10 +105,14 @@ class Answerer:
     """Answers one client (through ``sink``, on ``entry``) from whichever upstream call the
     attempts hand it (:meth:`answer`, an :data:`~gateway.exchange.attempts.UpstreamAnswer`)."""
 
-    __slots__ = ("client", "entry", "policy", "progress", "request_id", "sink")
+    __slots__ = ("accelerate", "client", "entry", "policy", "progress", "request_id", "sink")
 
-    def __init__(self, sink: ResponseSink, entry: RouteEntry, request_id: str) -> None:
+    def __init__(self, sink: ResponseSink, entry: RouteEntry, request_id: str,
+                 accelerate: Accelerate = True) -> None:
         self.sink = sink
+        self.accelerate = accelerate
+        """The stream's fast paths (``server.stream_accelerators``,
+        :mod:`gateway.pipeline_fast`)."""
         self.entry = entry
         self.client = entry.client
         self.policy: Policy = entry.config.on_unsupported
@@ -196,7 +200,8 @@ class Answerer:
 
     async def _assembled(self, req: ChatRequest, call: UpstreamCall,
                          dialect: Dialect) -> ChatResponse | Answered:
-        assembler = StreamAssembler(dialect, call.config.max_line_bytes, call.config.scrubber)
+        assembler = stream_assembler(dialect, call.config.max_line_bytes, call.config.scrubber,
+                                     accelerate=self.accelerate)
         got_data = False
         try:
             async with call.whole_deadline():
@@ -263,8 +268,9 @@ class Answerer:
 
     async def _stream(self, req: ChatRequest, call: UpstreamCall,
                       dialect: Dialect) -> Answered:
-        tr = StreamTranslator(dialect, self.client, req, max_size=call.config.max_line_bytes,
-                              policy=self.policy, scrub=call.config.scrubber)
+        tr = stream_translator(dialect, self.client, req, max_size=call.config.max_line_bytes,
+                               policy=self.policy, scrub=call.config.scrubber,
+                               accelerate=self.accelerate)
         resp: ResponseSink | None = None
         fault = "ok"
         got_data = False
