@@ -1,28 +1,18 @@
-FROM python:3.11-slim AS build
-
-ENV PIP_DISABLE_PIP_VERSION_CHECK=1
-
-# The compiled build (setup.py): mypyc compiles the translation core with gcc, in a stage of its
-# own, so that neither the compiler nor mypy ends up in the image.
-RUN apt-get update \
- && apt-get install -y --no-install-recommends gcc libc6-dev \
- && rm -rf /var/lib/apt/lists/*
-WORKDIR /src
-COPY pyproject.toml setup.py README.md ./
-COPY gateway/ gateway/
-RUN python -m venv /opt/chat-gateway \
- && /opt/chat-gateway/bin/pip install --no-cache-dir '.[compile]' \
- && CHAT_GATEWAY_COMPILE=1 /opt/chat-gateway/bin/pip install --no-cache-dir --no-deps \
-      --no-build-isolation --force-reinstall . \
- && /opt/chat-gateway/bin/pip uninstall -y mypy types-PyYAML
-
 FROM python:3.11-slim
 
-ENV PYTHONDONTWRITEBYTECODE=1 \
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PATH=/opt/chat-gateway/bin:$PATH
 
-COPY --from=build /opt/chat-gateway /opt/chat-gateway
+# The gateway is pure Python: pyproject.toml is its whole build. Its own venv, so that the image's
+# PATH finds chat-gateway there and nothing else is installed into the system Python.
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY gateway/ gateway/
+RUN python -m venv /opt/chat-gateway \
+ && /opt/chat-gateway/bin/pip install --no-cache-dir . \
+ && rm -rf /src
 
 # The gateway reads /etc/chat-gateway/config.yaml. The image ships the demo config there, as the
 # installed gateway writes it; mount your own over it,

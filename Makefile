@@ -7,18 +7,7 @@ BIN := $(VENV)/bin
 RUNTIME := $(VENV)/.installed
 TESTING := $(VENV)/.installed-test
 
-COMPILED := .compiled
-# The tests that drive the compiled modules (pyproject.toml, [tool.chat-gateway] compiled): every
-# dialect pair through the translation core, and through the whole gateway.
-COMPILED_TESTS := tests/test_build.py tests/dialects tests/test_golden.py tests/test_matrix.py \
-	tests/test_identity.py tests/test_stream_edges.py tests/test_hostile.py tests/test_fuzz.py \
-	tests/test_properties.py tests/test_sink.py tests/test_canonical.py tests/test_framing_*.py \
-	tests/test_translate_cli.py tests/test_strict_readers.py tests/test_legacy_backends.py \
-	tests/test_exchange.py tests/test_server_e2e.py tests/test_metrics_batched.py \
-	tests/test_exposition.py tests/test_traffic.py tests/test_status.py
-
-.PHONY: demo test provision lint typecheck unit compiled unit-compiled bench bench-compiled soak \
-	clean
+.PHONY: demo test provision lint typecheck unit bench soak clean
 
 # The venv's own pip (ensurepip's, >= 22 for Python >= 3.11) installs an editable pyproject
 # package, so there is no pip upgrade to wait for.
@@ -28,18 +17,8 @@ $(RUNTIME): pyproject.toml
 	touch $@
 
 $(TESTING): $(RUNTIME)
-	$(BIN)/pip install --quiet -e '.[test,compile]'
+	$(BIN)/pip install --quiet -e '.[test]'
 	touch $@
-
-# The compiled build (setup.py), installed beside the source tree, never into it: compiled
-# modules in the tree would shadow every later edit of their sources.
-$(COMPILED)/.built: $(TESTING) setup.py pyproject.toml $(shell find gateway -name '*.py')
-	rm -rf $(COMPILED) build
-	CHAT_GATEWAY_COMPILE=1 $(BIN)/pip install --quiet --no-deps --no-build-isolation \
-		--target $(COMPILED) .
-	touch $@
-
-compiled: $(COMPILED)/.built
 
 demo: $(RUNTIME)
 	$(BIN)/chat-gateway demo
@@ -53,26 +32,22 @@ lint: $(TESTING)
 typecheck: $(TESTING)
 	$(BIN)/mypy
 
+# pytest-xdist, two workers a core: about a third of the suite's time is spent waiting on the
+# timeouts it tests (an upstream that stalls, a client that trickles), which another worker's
+# tests fill. Work stealing evens out the end of the run. Each worker starts its own servers
+# (PostgreSQL, Prometheus, Chromium, ...) on free ports, in temporary directories of its own.
+TEST_WORKERS ?= $(shell echo $$(( 2 * $$(nproc 2>/dev/null || echo 1) )))
+
 unit: $(TESTING) provision
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
-# The same tests again, run from a copy beside the compiled package so that they import it.
-unit-compiled: $(COMPILED)/.built provision
-	rm -rf $(COMPILED)/tests && cp -r tests pyproject.toml $(COMPILED)/
-	cd $(COMPILED) && GATEWAY_BUILD=compiled ../$(BIN)/python -m pytest -q -p no:cacheprovider \
-		$(PYTEST_ARGS) $(COMPILED_TESTS)
-
-test: provision lint typecheck unit unit-compiled
+test: provision lint typecheck unit
 
 bench: $(TESTING)
 	$(BIN)/python bench/run.py
-
-bench-compiled: $(COMPILED)/.built
-	$(BIN)/python bench/run.py --gateway-cmd "env -C $(COMPILED) $(abspath $(BIN))/python -m gateway" \
-		$(BENCH_ARGS)
 
 soak: $(TESTING)
 	$(BIN)/python bench/soak.py
 
 clean:
-	rm -rf $(VENV) $(COMPILED) build .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) build .mypy_cache .ruff_cache .pytest_cache

@@ -241,22 +241,6 @@ class Message:
     extras: dict[str, JSON] = field(default_factory=dict)
     """Keys of the wire message no field above names."""
 
-    def __init__(self, role: str, content: str | list[Part], context: JSON = None,
-                 name: str | None = None, tool_calls: list[ToolCall] | None = None,
-                 tool_call_id: str | None = None, is_error: bool = False,
-                 reasoning: list[Reasoning] | None = None,
-                 extras: dict[str, JSON] | None = None) -> None:
-        # Written out: see TextDelta.
-        self.role = role
-        self.content = content
-        self.context = context
-        self.name = name
-        self.tool_calls = [] if tool_calls is None else tool_calls
-        self.tool_call_id = tool_call_id
-        self.is_error = is_error
-        self.reasoning = [] if reasoning is None else reasoning
-        self.extras = {} if extras is None else extras
-
     @property
     def text(self) -> str:
         return parts_text(self.content)
@@ -290,29 +274,6 @@ class ChatRequest:
     """The route's options for the client's dialect (declared by that dialect; e.g. the answer
     shape a frontend reads), filled in by the server, read by the client's dialect only."""
 
-    def __init__(self, messages: list[Message], stream: bool = False, context: JSON = None,
-                 session_state: JSON = None, model: str | None = None,
-                 sampling: dict[str, JSON] | None = None, tools: list[ToolDef] | None = None,
-                 tool_choice: ToolChoice | None = None,
-                 reasoning: ReasoningRequest | None = None,
-                 extras: dict[str, JSON] | None = None, extras_dialect: str | None = None,
-                 hints: dict[str, JSON] | None = None,
-                 options: dict[str, JSON] | None = None) -> None:
-        # Written out: see TextDelta.
-        self.messages = messages
-        self.stream = stream
-        self.context = context
-        self.session_state = session_state
-        self.model = model
-        self.sampling = {} if sampling is None else sampling
-        self.tools = [] if tools is None else tools
-        self.tool_choice = tool_choice
-        self.reasoning = reasoning
-        self.extras = {} if extras is None else extras
-        self.extras_dialect = extras_dialect
-        self.hints = {} if hints is None else hints
-        self.options = {} if options is None else options
-
 
 # --- whole answers -------------------------------------------------------------------------------
 
@@ -325,14 +286,6 @@ class Citation:
     title: str | None = None
     url: str | None = None
     snippet: str | None = None
-
-    def __init__(self, id: str, title: str | None = None, url: str | None = None,
-                 snippet: str | None = None) -> None:
-        # Written out: see TextDelta.
-        self.id = id
-        self.title = title
-        self.url = url
-        self.snippet = snippet
 
 
 @dataclass(slots=True)
@@ -350,18 +303,6 @@ class Usage:
     ``input_tokens``)."""
     reasoning_tokens: int | None = None
     """Output spent on reasoning (part of ``output_tokens``)."""
-
-    # An explicit __init__: the one @dataclass writes stays interpreted in the compiled build
-    # (mypyc compiles only what the class itself defines), and this class is built on every
-    # request. @dataclass still writes the comparison and the repr.
-    def __init__(self, input_tokens: int | None = None, output_tokens: int | None = None,
-                 cached_input_tokens: int | None = None, cache_write_tokens: int | None = None,
-                 reasoning_tokens: int | None = None) -> None:
-        self.input_tokens = input_tokens
-        self.output_tokens = output_tokens
-        self.cached_input_tokens = cached_input_tokens
-        self.cache_write_tokens = cache_write_tokens
-        self.reasoning_tokens = reasoning_tokens
 
     @property
     def total_tokens(self) -> int | None:
@@ -392,21 +333,6 @@ class AssistantMessage:
     """Reasoning that preceded this message's text."""
     extras: dict[str, JSON] = field(default_factory=dict)
 
-    def __init__(self, content: str, role: str = "assistant", agent: str | None = None,
-                 content_type: str | None = None, id: str | None = None,
-                 tool_calls: list[ToolCall] | None = None,
-                 reasoning: list[Reasoning] | None = None,
-                 extras: dict[str, JSON] | None = None) -> None:
-        # Written out: see TextDelta.
-        self.content = content
-        self.role = role
-        self.agent = agent
-        self.content_type = content_type
-        self.id = id
-        self.tool_calls = [] if tool_calls is None else tool_calls
-        self.reasoning = [] if reasoning is None else reasoning
-        self.extras = {} if extras is None else extras
-
 
 @dataclass(slots=True)
 class ChatResponse:
@@ -426,23 +352,6 @@ class ChatResponse:
     model: str | None = None
     extras: dict[str, JSON] = field(default_factory=dict)
     extras_dialect: str | None = None
-
-    def __init__(self, messages: list[AssistantMessage], context: JSON = None,
-                 session_state: JSON = None, finish_reason: str | None = None,
-                 usage: Usage | None = None, id: str | None = None, created: int | None = None,
-                 model: str | None = None, extras: dict[str, JSON] | None = None,
-                 extras_dialect: str | None = None) -> None:
-        # Written out: see TextDelta.
-        self.messages = messages
-        self.context = context
-        self.session_state = session_state
-        self.finish_reason = finish_reason
-        self.usage = usage
-        self.id = id
-        self.created = created
-        self.model = model
-        self.extras = {} if extras is None else extras
-        self.extras_dialect = extras_dialect
 
     @property
     def text(self) -> str:
@@ -498,18 +407,6 @@ class StreamStart:
     usage: Usage | None = None
     """What is counted before the answer (Anthropic's ``message_start`` input usage)."""
 
-    # An explicit __init__, as Usage's: built once a stream.
-    def __init__(self, role: str = "assistant", context: JSON = None, session_state: JSON = None,
-                 id: str | None = None, created: int | None = None, model: str | None = None,
-                 usage: Usage | None = None) -> None:
-        self.role = role
-        self.context = context
-        self.session_state = session_state
-        self.id = id
-        self.created = created
-        self.model = model
-        self.usage = usage
-
 
 @dataclass(slots=True)
 class TextDelta:
@@ -521,14 +418,6 @@ class TextDelta:
     """The upstream's id of the message this text begins (chatui ``messageId``), on the first
     delta of each message only: a dialect that names its messages reuses it, so that a client
     shown the upstream's own events (a same-dialect route) keeps seeing the same ids."""
-
-    def __init__(self, text: str, agent: str | None = None,
-                 message_id: str | None = None) -> None:
-        # Written out (dataclass keeps it) because it is built once per frame, and in the
-        # compiled build the __init__ dataclass generates runs interpreted.
-        self.text = text
-        self.agent = agent
-        self.message_id = message_id
 
 
 @dataclass(slots=True)
@@ -584,11 +473,6 @@ class StreamFinish:
 
     reason: str | None = "stop"
     usage: Usage | None = None
-
-    # An explicit __init__, as Usage's: built once a stream.
-    def __init__(self, reason: str | None = "stop", usage: Usage | None = None) -> None:
-        self.reason = reason
-        self.usage = usage
 
 
 @dataclass(slots=True)

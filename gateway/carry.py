@@ -198,9 +198,9 @@ def strip_response(resp: ChatResponse, fields: list[str]) -> ChatResponse:
 
 _GATES: dict[tuple[int, int], tuple[Capabilities, Capabilities, bool]] = {}
 """:func:`_gate_needed` by the ids of the two capabilities, which the entry keeps alive (so
-that an id is not reused while it is a key). Not ``functools.cache``: it hashes the frozen
-dataclasses, field by field, with the __hash__ @dataclass writes (interpreted, even in the
-compiled build), at the start of every stream."""
+that an id is not reused while it is a key). Not ``functools.cache``: it would hash the frozen
+dataclasses, field by field, with the __hash__ @dataclass writes, at the start of every
+stream."""
 
 
 def _gate_needed(up: Capabilities, cl: Capabilities) -> bool:

@@ -2,9 +2,9 @@
 ``generate_latest`` renders, for a tenth of its cost.
 
 ``generate_latest`` builds every sample's label text afresh: it sorts the labels, checks and
-escapes each name and value, about 12 µs a line. A scrape of a gateway with 72 routes is 7,400
-lines, so about 90 ms during which the event loop serves no one (docs/performance.md, "The
-scrape of /metrics"). A series' label text never changes, so here it is built once, when the
+escapes each name and value, on every line. A scrape of a gateway with 72 routes is 7,400
+lines, tens of milliseconds during which the event loop serves no one (docs/performance.md,
+"The scrape of /metrics"). A series' label text never changes, so here it is built once, when the
 series first shows up, and each scrape only formats the numbers.
 
 It reads the values from prometheus-client's metric objects (``_metrics``, ``_value``,
@@ -13,8 +13,7 @@ output is the same bytes as ``generate_latest``'s for the installed version, and
 tests/test_operations.py has promtool and a real Prometheus read it.
 
 Even so, a scrape of 72 routes' series is several milliseconds of formatting, and every stream's
-next frame waited behind it: the scrape at the start of a benchmark window showed as +7 to +17 ms
-on the first byte's p99 at 32 streams (``bench/explain.py``, run 11 in docs/performance.md).
+next frame would wait behind it, on the first byte's tail latency above all.
 :meth:`Exposition.render_async` gives the loop back every :data:`STEP` series. One series' lines
 (a histogram's buckets, count and sum) are always read in one go, so each is consistent; two
 series may be read a few loop turns apart, which a scrape of a live process never excluded.

@@ -1,31 +1,21 @@
-"""The build under test: the modules pyproject.toml lists under ``[tool.chat-gateway] compiled``
-run compiled exactly when the run says so (``GATEWAY_BUILD=compiled``, set by ``make
-unit-compiled``), and no other module ever does. So the compiled run cannot silently test the
-interpreted modules, nor the interpreted run a stale compiled one."""
+"""The build: ``pyproject.toml`` alone makes the package (no setup.py), its wheel holds every
+module and every data file the gateway reads at run time, and the tests run the sources of this
+tree (no installed copy, no stale extension module from an old build shadowing an edit)."""
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
-import os
 import pkgutil
-import tomllib
+import shutil
+import subprocess
+import sys
+import zipfile
 from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
-from types import FunctionType
-
-import pytest
 
 import gateway
 
 ROOT = Path(__file__).resolve().parent.parent
-COMPILED = os.environ.get("GATEWAY_BUILD", "source") == "compiled"
-
-
-def listed() -> list[str]:
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    names: list[str] = config["tool"]["chat-gateway"]["compiled"]
-    return names
 
 
 def origin(name: str) -> str:
@@ -35,50 +25,42 @@ def origin(name: str) -> str:
     return spec.origin
 
 
-def is_compiled(name: str) -> bool:
-    return origin(name).endswith(tuple(EXTENSION_SUFFIXES))
-
-
-@pytest.mark.parametrize("name", listed())
-def test_a_listed_module_runs_as_the_build_says(name: str) -> None:
-    assert is_compiled(name) is COMPILED, f"{name} from {origin(name)}"
-    assert importlib.import_module(name).__file__ == origin(name)
-
-
-def test_no_other_module_is_ever_compiled() -> None:
-    # dialects.base above all: plugin dialects subclass what it defines, and an interpreted
-    # class cannot subclass a compiled one.
-    others = {m.name for m in pkgutil.walk_packages(gateway.__path__, "gateway.")} - set(listed())
-    assert "gateway.dialects.base" in others
-    assert [name for name in sorted(others) if is_compiled(name)] == []
-
-
 def test_the_run_imports_the_gateway_beside_its_tests() -> None:
-    # make unit-compiled copies the tests next to the compiled package: a run that picked up
-    # the source tree's gateway instead would pass the checks above for the wrong reason.
     assert Path(gateway.__file__).resolve().parent.parent == ROOT
 
 
-# Classes the compiled build makes on every request or stream. @dataclass writes its __init__ as
-# a Python function, which mypyc leaves interpreted (and a named tuple's __new__ too): each of
-# these defines its own, so that the compiled build runs it natively.
-PER_REQUEST = [
-    ("gateway.canonical", "Usage"),
-    ("gateway.canonical", "StreamStart"),
-    ("gateway.canonical", "StreamFinish"),
-    ("gateway.exchange.answer", "Progress"),
-    ("gateway.exchange.attempts", "Answered"),
-    ("gateway.exchange.attempts", "AttemptContext"),
-    ("gateway.exchange.attempts", "AttemptLog"),
-    ("gateway.exchange.outcome", "Attempt"),
-    ("gateway.exchange.outcome", "Outcome"),
-    ("gateway.dialects.openai_responses", "_Item"),
-]
+def test_every_module_runs_from_its_source() -> None:
+    names = [m.name for m in pkgutil.walk_packages(gateway.__path__, "gateway.")]
+    assert "gateway.dialects.base" in names and "gateway.canonical" in names
+    assert [n for n in names if origin(n).endswith(tuple(EXTENSION_SUFFIXES))] == []
+    assert [n for n in names if not origin(n).endswith(".py")] == []
 
 
-@pytest.mark.parametrize(("module", "name"), PER_REQUEST)
-def test_a_per_request_class_is_built_by_compiled_code(module: str, name: str) -> None:
-    cls = getattr(importlib.import_module(module), name)
-    assert isinstance(cls.__init__, FunctionType) is not COMPILED, (name, cls.__init__)
-    if isinstance(cls.__init__, FunctionType):  # the source run: the class's own, not one
-        assert cls.__init__.__code__.co_filename.endswith(".py")  # generated (in "<string>")
+def test_the_wheel_holds_every_module_and_data_file(tmp_path: Path) -> None:
+    """What ``pip install .`` installs (the Docker image's build): built here from a copy of the
+    files the image copies, without build isolation (no index needed)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    shutil.copytree(ROOT / "gateway", src / "gateway",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.py[cod]"))
+    assert not (src / "setup.py").exists()
+    out = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+         "--disable-pip-version-check", "-w", str(tmp_path / "dist"), str(src)],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    (wheel,) = (tmp_path / "dist").glob("chat_gateway-*-py3-none-any.whl")
+    with zipfile.ZipFile(wheel) as z:
+        names = set(z.namelist())
+        entry_points = next(z.read(n).decode() for n in names if n.endswith("entry_points.txt"))
+    files = {p.relative_to(src).as_posix() for p in (src / "gateway").rglob("*") if p.is_file()}
+    assert {"gateway/__init__.py", "gateway/cli.py"} <= files
+    # every file of the package: its modules, and what it reads beside them (the status page,
+    # the dialects' samples, the migrations' template, py.typed)
+    assert files - names == set()
+    assert {"gateway/py.typed", "gateway/history/migrations/script.py.mako"} <= names
+    assert any(n.startswith("gateway/static/") for n in names)
+    assert any(n.startswith("gateway/dialects/samples/openai/") for n in names)
+    assert "chat-gateway = gateway.cli:main" in entry_points

@@ -477,7 +477,8 @@ def _parse_curl(command: str) -> tuple[str, dict[str, str], bytes]:
 
 
 async def test_curl_commands_cover_every_demo_route_and_work(aiohttp_client: Any,
-                                                             fast_demo: None) -> None:
+                                                             fast_demo: None,
+                                                             tmp_path: Path) -> None:
     """One curl line per route: its dialect's sample request, asking for a stream the way the
     dialect does; and each one, pasted against the running demo, streams a translated answer."""
     config = parse_config(demo_config(), env={})
@@ -502,7 +503,10 @@ async def test_curl_commands_cover_every_demo_route_and_work(aiohttp_client: Any
     for up in data["upstreams"].values():
         port = backends[up["dialect"]].port
         up["url"] = re.sub(r"127\.0\.0\.1:\d+", f"127.0.0.1:{port}", up["url"])
-    gw = await aiohttp_client(create_app(parse_config(data, env={})))
+    # its history store in this test's directory, not the demo's one in the shared temp dir
+    # (which other test workers, and a running demo, may have open)
+    own = {"CHAT_GATEWAY_DEMO_HISTORY": str(tmp_path / "history.db")}
+    gw = await aiohttp_client(create_app(parse_config(data, env=own)))
     base = str(gw.make_url("")).rstrip("/")
     for route, command in zip(config.routes, curl_commands(parse_config(data, env={}), base),
                               strict=True):

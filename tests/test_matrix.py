@@ -194,15 +194,15 @@ def test_stream_byte_by_byte(up: str, cl: str) -> None:
             check_stream(u, c, case, [body[i:i + 1] for i in range(len(body))], "drop")
 
 
-@pytest.mark.parametrize("up", NAMES)
-def test_stream_split_at_every_offset(up: str) -> None:
-    """The smallest stream of each upstream, cut in two at every byte, to every client."""
-    u = DIALECTS[up]
+@pytest.mark.parametrize(("up", "cl"), PAIRS, ids=IDS)
+def test_stream_split_at_every_offset(up: str, cl: str) -> None:
+    """The smallest stream of each upstream, cut in two at every byte, to every client (a test
+    per pair: a Responses stream alone is 5,753 cuts a client)."""
+    u, c = DIALECTS[up], DIALECTS[cl]
     case = min((c for c in stream_cases(u) if c.want.error is None),
                key=lambda c: len(c.body))
-    for c in DIALECTS.values():
-        for i in range(len(case.body) + 1):
-            check_stream(u, c, case, [case.body[:i], case.body[i:]], "drop")
+    for i in range(len(case.body) + 1):
+        check_stream(u, c, case, [case.body[:i], case.body[i:]], "drop")
 
 
 @pytest.mark.parametrize(("up", "cl"), PAIRS, ids=IDS)

@@ -24,6 +24,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 from fakes import client_request, known_to_a_new_process
 
+import gateway.demo
 from gateway.app import create_app
 from gateway.config import parse_config
 from gateway.demo import demo_backend_app
@@ -31,6 +32,13 @@ from gateway.dialects import get
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
+
+
+@pytest.fixture(autouse=True)
+def _brief_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The demo backend (the upstream, in this process) paces its streams as the demo does, but
+    briefly: at the demo's 40 ms a token, 20 requests in a row took 11 s."""
+    monkeypatch.setattr(gateway.demo, "_TOKEN_DELAY", 0.002)
 
 
 def _require(tool: str) -> None:
@@ -102,7 +110,7 @@ async def test_prometheus_scrapes_requests_and_ttft(tmp_path: Path) -> None:
     gateway = await _gateway(upstream)
     prom_port = _free_port()
     (tmp_path / "prometheus.yml").write_text(
-        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        "global: {scrape_interval: 500ms, evaluation_interval: 500ms}\n"
         "scrape_configs:\n"
         "  - job_name: gateway\n"
         f"    static_configs: [{{targets: ['127.0.0.1:{gateway.port}']}}]\n")
@@ -123,7 +131,7 @@ async def test_prometheus_scrapes_requests_and_ttft(tmp_path: Path) -> None:
         async with aiohttp.ClientSession() as s:
             while time.monotonic() < deadline and (
                     got.get("requests", 0) < 6 or got.get("ttft", 0) < 6):
-                await asyncio.sleep(1)
+                await asyncio.sleep(0.2)
                 for name, q in queries.items():
                     try:
                         async with s.get(api, params={"query": q}) as r:

@@ -615,7 +615,7 @@ def _number(obj: dict[str, JSON], key: str, sampling: dict[str, JSON], *,
     if value is None:
         return
     # Two plain checks, not one isinstance over a computed type: mypy narrows that one to int,
-    # and the compiled build then insists on an int where a float is allowed.
+    # where a float is allowed.
     number = isinstance(value, int) if integer else isinstance(value, (int, float))
     if isinstance(value, bool) or not number:
         raise DialectError("must be an integer" if integer else "must be a number", key)

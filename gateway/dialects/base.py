@@ -338,6 +338,6 @@ class SamplesFromPackage:
 
 @cache
 def _packaged_samples(name: str) -> Samples:
-    """Loaded once per dialect, cached by the function rather than the instance: a compiled
-    dialect class has no ``__dict__`` to cache in."""
+    """Loaded once per dialect name, cached by the function rather than the instance: every
+    instance of a dialect (a plugin's subclass too) shares the samples its package ships."""
     return load_samples(name)

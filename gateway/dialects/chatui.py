@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal, TypeAlias, assert_never
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.canonical import (
     JSON,
@@ -72,21 +72,15 @@ _MESSAGE_KEYS = frozenset(
 
 
 _Shape: TypeAlias = Literal["spec", "app"]
-_field: Any = Field
-"""pydantic's ``Field``, typed ``Any``: pydantic types what it returns as its default's type,
-a ``str`` here, which the compiled module would check it is."""
-ChatUIRouteOptions: type[BaseModel] = create_model(
-    # Built by a call, not a class statement, so that this module compiles with mypyc (which
-    # cannot compile a pydantic model's class body); the model is the same.
-    "ChatUIRouteOptions",
-    __config__=ConfigDict(extra="forbid", frozen=True),
-    __doc__="Options of a route whose clients speak ``chatui``.",
-    __module__=__name__,
-    chatui_shape=(_Shape, _field("spec", description=(
+class ChatUIRouteOptions(BaseModel):
+    """Options of a route whose clients speak ``chatui``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    chatui_shape: _Shape = Field("spec", description=(
         "The shape of a multi-agent whole answer: ``spec``, the format's array of message "
         "objects; ``app``, the Chat UI app's ``{\"messages\": [...]}`` (a single answer "
-        "always carries both)."))),
-)
+        "always carries both)."))
 
 
 def _iso_now() -> str:

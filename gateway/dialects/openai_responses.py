@@ -103,7 +103,6 @@ _ERROR_TYPES = {
     429: "rate_limit_error",
 }
 # A text delta's JSON, put together around its sequence number, item and text (_Encoder._text)
-# (Final: constants the compiled build writes in place, not module attributes looked up.)
 _TEXT_DELTA: Final = "response.output_text.delta"
 _TEXT_DELTA_HEAD: Final = b'{"type":"response.output_text.delta","sequence_number":'
 _TEXT_DELTA_TAIL: Final = b',"logprobs":[]}'
@@ -1296,8 +1295,8 @@ class _Item:
     index: int
     id: str
     kind: str
-    chunks: list[str] = field(default_factory=list)
     call: ToolCall | None = None
+    chunks: list[str] = field(default_factory=list)
     redacted: str | None = None
     part_open: bool = False
     seen: set[str] = field(default_factory=set)
@@ -1307,20 +1306,6 @@ class _Item:
 
     delta_at: bytes = b""
     """What a text delta of this item writes between its sequence number and its text."""
-
-    # An explicit __init__: the one @dataclass writes stays interpreted in the compiled build
-    # (mypyc compiles only what the class itself defines), and each item of a stream builds one.
-    def __init__(self, index: int, id: str, kind: str, call: ToolCall | None = None) -> None:
-        self.index = index
-        self.id = id
-        self.kind = kind
-        self.chunks = []
-        self.call = call
-        self.redacted = None
-        self.part_open = False
-        self.seen = set()
-        self.final = None
-        self.delta_at = b""
 
     def text_delta_at(self) -> bytes:
         if not self.delta_at:

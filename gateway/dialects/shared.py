@@ -1,9 +1,8 @@
 """The small helpers several dialects share: reading and writing the shapes they have in
 common, and naming errors.
 
-Its own module, apart from :mod:`gateway.dialects.base` (which re-exports every name), so that
-it is compiled with the dialects (``pyproject.toml``, ``[tool.chat-gateway] compiled``): they
-call these on every request, and ``base`` stays interpreted for plugin dialects to subclass.
+Its own module, apart from :mod:`gateway.dialects.base` (which re-exports every name for plugin
+dialects): the dialects import these helpers without the plugin machinery ``base`` defines.
 """
 
 from __future__ import annotations

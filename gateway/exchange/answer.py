@@ -60,20 +60,6 @@ class Progress:
     """The model the answer names."""
     finish_reason: str | None = None
 
-    # An explicit __init__: the one @dataclass writes stays interpreted in the compiled build
-    # (mypyc compiles only what the class itself defines), and every request builds one.
-    def __init__(self) -> None:
-        self.status = 0
-        self.chunks = 0
-        self.first_content = None
-        self.client_wait = 0.0
-        self.error = None
-        self.usage = None
-        self.dropped = []
-        self.sent_bytes = 0
-        self.model = None
-        self.finish_reason = None
-
     def drop(self, fields: list[str]) -> None:
         self.dropped.extend(f for f in fields if f not in self.dropped)
 

@@ -35,17 +35,12 @@ class ClientGone(Exception):
     """The client's connection broke while the gateway wrote to it."""
 
 
+@dataclass(frozen=True, slots=True)
 class Answered:
-    """The client has its answer (sent through the exchange's sink). A plain class, as every
-    class below built once a request: the compiled build builds it natively, where a named
-    tuple's ``__new__`` and a dataclass's ``__init__`` stay Python functions."""
+    """The client has its answer (sent through the exchange's sink)."""
 
-    __slots__ = ("outcome",)
-
-    def __init__(self, outcome: str) -> None:
-        self.outcome = outcome
-        """The attempt's outcome: ok, or the fault found while answering (malformed, connect,
-        …)."""
+    outcome: str
+    """The attempt's outcome: ok, or the fault found while answering (malformed, connect, …)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,13 +64,6 @@ class AttemptLog:
     upstream_wait: float = 0.0
     dropped: list[str] = field(default_factory=list)
 
-    def __init__(self) -> None:  # compiled (see Answered)
-        self.attempts = []
-        self.upstream = NONE
-        self.upstream_dialect = NONE
-        self.upstream_wait = 0.0
-        self.dropped = []
-
 
 UpstreamAnswer = Callable[[ChatRequest, UpstreamCall, Dialect, bool], Awaitable[Answered]]
 """Answers the client from an upstream response: ``(request, call, dialect, upstream
@@ -83,28 +71,22 @@ streams)``; raises :class:`UpstreamError` when the upstream fails before the cli
 Headers = Callable[[UpstreamState, Dialect, bool], dict[str, str]]
 
 
+@dataclass(frozen=True, slots=True, eq=False)
 class AttemptContext:
-    """What every attempt of one request shares (a plain class: see :class:`Answered`)."""
+    """What every attempt of one request shares."""
 
-    __slots__ = ("answer", "balancer", "headers", "health", "log", "request_id", "route",
-                 "states", "trace", "transport")
-
-    def __init__(self, route: RouteConfig, states: dict[str, UpstreamState],
-                 health: HealthConfig, transport: Transport, balancer: Balancer,
-                 headers: Headers, answer: UpstreamAnswer, log: Any, request_id: str,
-                 trace: RequestTrace | None) -> None:
-        self.route = route
-        self.states = states
-        self.health = health
-        self.transport = transport
-        self.balancer = balancer
-        self.headers = headers
-        self.answer = answer
-        self.log = log
-        self.request_id = request_id
-        self.trace = trace
-        """The request's spans (tracing on): one client span per attempt that calls an
-        upstream."""
+    route: RouteConfig
+    states: dict[str, UpstreamState]
+    health: HealthConfig
+    transport: Transport
+    balancer: Balancer
+    headers: Headers
+    answer: UpstreamAnswer
+    log: Any
+    request_id: str
+    trace: RequestTrace | None
+    """The request's spans (tracing on): one client span per attempt that calls an
+    upstream."""
 
 
 async def run_attempts(ctx: AttemptContext, req: ChatRequest, started: float,
@@ -175,8 +157,8 @@ async def _call(ctx: AttemptContext, req: ChatRequest, state: UpstreamState, dia
                 body: bytes, up_stream: bool, log: AttemptLog) -> Answered | Retry | Final:
     state.begin()
     trace = ctx.trace
-    # (two ``try`` blocks, so that the call is never a variable that may still be None where an
-    # exception is handled: the compiled build would check it against its narrowed type there)
+    # (two ``try`` blocks: the second handles what goes wrong once the call exists, so that its
+    # handlers never meet a call that may still be unset)
     try:
         try:
             headers = ctx.headers(state, dialect, up_stream)

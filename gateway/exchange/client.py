@@ -65,7 +65,8 @@ async def _read_body(request: ClientRequest, limit: int) -> bytes:
 
 
 def _too_large(limit: int) -> Refused:
-    # Built only when refused: the message is formatted on every request that builds one.
+    # Built only when refused, so that an accepted request never builds the error nor formats
+    # its message.
     return Refused(ChatError(413, f"the request body is over {limit} bytes",
                              code="PAYLOAD_TOO_LARGE"))
 

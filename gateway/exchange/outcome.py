@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gateway.canonical import Usage
@@ -33,33 +34,24 @@ NONE = "none"
 _ERROR_KINDS = frozenset({"connect", "timeout", "status", "malformed"})
 
 
+@dataclass(frozen=True, slots=True)
 class Attempt:
-    """One try of one upstream. A plain class, built natively by the compiled build (see
-    :class:`Outcome`)."""
+    """One try of one upstream."""
 
-    __slots__ = ("outcome", "seconds", "status", "upstream")
-
-    def __init__(self, upstream: str, outcome: str, seconds: float | None = None,
-                 status: int | None = None) -> None:
-        self.upstream = upstream
-        self.outcome = outcome
-        """ok, connect, timeout, status, malformed, rejected (no capacity), or cancelled (the
-        client went away while the upstream answered: not the upstream's fault)."""
-        self.seconds = seconds
-        """Upstream request sent to its last byte read (attempts that got an answer)."""
-        self.status = status
-        """The upstream's HTTP status (attempts that got one)."""
-
-    def __repr__(self) -> str:
-        return (f"Attempt({self.upstream!r}, {self.outcome!r}, seconds={self.seconds!r}, "
-                f"status={self.status!r})")
+    upstream: str
+    outcome: str
+    """ok, connect, timeout, status, malformed, rejected (no capacity), or cancelled (the client
+    went away while the upstream answered: not the upstream's fault)."""
+    seconds: float | None = None
+    """Upstream request sent to its last byte read (attempts that got an answer)."""
+    status: int | None = None
+    """The upstream's HTTP status (attempts that got one)."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class Outcome:
     """Written once, when it is built, and only read after (by :func:`record`, the tracer and
-    the tests' spies). A plain class of the compiled build, built natively: a named tuple's
-    ``__new__`` is a Python function, and a dataclass's ``__init__``, frozen or interpreted,
-    costs as much again (a frozen one measured 42,000 instructions, once per request)."""
+    the tests' spies). Compared by identity: one record per request, never a value to match."""
 
     request_id: str
     route: str
@@ -69,101 +61,42 @@ class Outcome:
     """What the client saw; 499 when it went away before its answer ended (even after a 200
     went out: the answer it got is not the whole one)."""
     duration: float
-    upstream: str
+    upstream: str = NONE
     """The upstream of the last attempt."""
-    upstream_dialect: str
-    stream: bool
-    ttft: float | None
+    upstream_dialect: str = NONE
+    stream: bool = False
+    ttft: float | None = None
     """Request received to the first answer content sent."""
-    upstream_wait: float
-    client_wait: float
-    chunks: int
+    upstream_wait: float = 0.0
+    client_wait: float = 0.0
+    chunks: int = 0
     """Stream frames sent to the client, also when it went away before the end (and counted in
     ``gateway_stream_chunks_total`` then too)."""
-    attempts: tuple[Attempt, ...]
-    dropped: tuple[str, ...]
-    usage: Usage | None
-    error: str | None
-    disconnected: bool
-    path: str | None
+    attempts: tuple[Attempt, ...] = ()
+    dropped: tuple[str, ...] = ()
+    usage: Usage | None = None
+    error: str | None = None
+    disconnected: bool = False
+    path: str | None = None
     """For a path no route serves: the path (without its query) and method, for the log."""
-    method: str | None
-    client: str | None
+    method: str | None = None
+    client: str | None = None
     """The client's address: the peer, or behind trusted proxies the first address of their
     ``X-Forwarded-For`` chain that is not one (:mod:`gateway.forwarding`)."""
-    user_agent: str | None
-    request_bytes: int
+    user_agent: str | None = None
+    request_bytes: int = 0
     """Request body bytes received."""
-    response_bytes: int
+    response_bytes: int = 0
     """Response body bytes sent: a whole answer's body, or every stream frame written."""
-    model: str | None
+    model: str | None = None
     """The model the client named."""
-    response_model: str | None
+    response_model: str | None = None
     """The model the answer says it came from."""
-    finish_reason: str | None
+    finish_reason: str | None = None
     """Canonical (``stop``, ``length``, ``tool_calls``, …), when the answer finished."""
-    trace: RequestTrace | None
+    trace: RequestTrace | None = None
     """The request's spans while tracing is on (:mod:`gateway.tracing`), ended by
     :func:`record`."""
-
-    def __init__(
-        self,
-        *,
-        request_id: str,
-        route: str,
-        client_dialect: str,
-        status: int,
-        duration: float,
-        upstream: str = NONE,
-        upstream_dialect: str = NONE,
-        stream: bool = False,
-        ttft: float | None = None,
-        upstream_wait: float = 0.0,
-        client_wait: float = 0.0,
-        chunks: int = 0,
-        attempts: tuple[Attempt, ...] = (),
-        dropped: tuple[str, ...] = (),
-        usage: Usage | None = None,
-        error: str | None = None,
-        disconnected: bool = False,
-        path: str | None = None,
-        method: str | None = None,
-        client: str | None = None,
-        user_agent: str | None = None,
-        request_bytes: int = 0,
-        response_bytes: int = 0,
-        model: str | None = None,
-        response_model: str | None = None,
-        finish_reason: str | None = None,
-        trace: RequestTrace | None = None,
-    ) -> None:
-        self.request_id = request_id
-        self.route = route
-        self.client_dialect = client_dialect
-        self.status = status
-        self.duration = duration
-        self.upstream = upstream
-        self.upstream_dialect = upstream_dialect
-        self.stream = stream
-        self.ttft = ttft
-        self.upstream_wait = upstream_wait
-        self.client_wait = client_wait
-        self.chunks = chunks
-        self.attempts = attempts
-        self.dropped = dropped
-        self.usage = usage
-        self.error = error
-        self.disconnected = disconnected
-        self.path = path
-        self.method = method
-        self.client = client
-        self.user_agent = user_agent
-        self.request_bytes = request_bytes
-        self.response_bytes = response_bytes
-        self.model = model
-        self.response_model = response_model
-        self.finish_reason = finish_reason
-        self.trace = trace
 
 
 def outcome_of(entry: RouteEntry, request_id: str, started: float, answerer: Answerer,
