@@ -2,9 +2,8 @@
 host's neighbours cannot move.
 
     .venv/bin/python bench/instructions.py --pairs 0128:0128,anthropic:anthropic
-    .venv/bin/python bench/instructions.py --gateway-cmd "env -C .compiled python -m gateway"
     .venv/bin/python bench/instructions.py --passthrough --modes stream    # the yardstick too
-    .venv/bin/python bench/instructions.py --a-rev HEAD~1                  # A/B, interpreted
+    .venv/bin/python bench/instructions.py --a-rev HEAD~1                  # A/B
     .venv/bin/python bench/instructions.py --a "env -C /tmp/old python -m gateway" --gateway-cmd ...
 
 Why: on the 2-vCPU development host one window's CPU per request moves by 15-20% from one window
@@ -72,10 +71,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     which.add_argument("--a-rev", default=None,
                        help="also count a git revision's gateway, build A (checked out in a "
                             "temporary worktree, its sources run with this checkout's "
-                            "virtualenv: compare it with an interpreted B), and print B/A")
+                            "virtualenv), and print B/A")
     which.add_argument("--a", default=None,
                        help="also count the gateway this command starts, build A (e.g. another "
-                            "compiled build), and print B/A")
+                            "checkout's), and print B/A")
     p.add_argument("--keep", type=Path, default=None,
                    help="keep callgrind's files here, one per (server, pair, mode), for "
                         "callgrind_annotate")

@@ -19,13 +19,12 @@ while ``--concurrency`` clients load one route, and prints:
   that belongs to one, and the stage's share of the samples times the CPU the gateway spent per
   request in the measured window gives its microseconds.
 
-``--gateway-cmd`` starts another build (as in ``bench/run.py``), e.g. the compiled one:
-``--gateway-cmd "env -C .compiled .venv/bin/python -m gateway"``. Its compiled modules run as C,
-where py-spy sees no Python frame: their time goes to the interpreted caller, unless
-``--native`` samples the C frames too (``CPyDef_pipeline___...`` go to their module's stage).
+``--gateway-cmd`` starts the gateway another way (as in ``bench/run.py``), e.g. another
+checkout's. C extensions (orjson, httptools, aiohttp's parser) run where py-spy sees no Python
+frame: their time goes to the Python caller, unless ``--native`` samples the C frames too.
 ``--native`` stops the gateway at each sample, and a stop lands on the way back from a system
-call more often than elsewhere: it overstates system calls (``getpid`` looked 15 times its
-cost), so read it for where compiled time goes, and ``perf record`` for shares.
+call more often than elsewhere: it overstates system calls, so read it for where native time
+goes, and ``perf record`` for shares.
 
 py-spy cannot follow a coroutine's caller across the event loop (a task's frames start at the
 coroutine the loop resumed), so "inclusive" time is attributed to the deepest gateway frame of
@@ -86,36 +85,10 @@ def area(frame: str) -> str:
     return next((a.rstrip("/") for a in _AREAS if a in path), Path(path).name or "?")
 
 
-_COMPILED = re.compile(r"CPy(?:Def|Py|L)_(?P<module>[a-z0-9_]+?)_{3,}")
-"""A native frame of the compiled build (``--native``): mypyc names each C function after the
-last part of its module's name (``CPyDef_pipeline___StreamTranslator___feed``)."""
-_COMPILED_PATH = {
-    "pipeline": "gateway/pipeline.py", "canonical": "gateway/canonical.py",
-    "carry": "gateway/carry.py", "framing": "gateway/framing/__init__.py",
-    "jsonlines": "gateway/framing/jsonlines.py", "sse": "gateway/framing/sse.py",
-    "template": "gateway/framing/template.py", "named_event": "gateway/framing/named_event.py",
-    # the per-request path: unlisted, a module's frames would go down as a dialect's, i.e.
-    # translation
-    "sink": "gateway/exchange/sink.py",
-    "outcome": "gateway/exchange/outcome.py", "answer": "gateway/exchange/answer.py",
-    "attempts": "gateway/exchange/attempts.py", "client": "gateway/exchange/client.py",
-    "headers": "gateway/exchange/headers.py", "call": "gateway/upstream/call.py",
-    "deadlines": "gateway/upstream/deadlines.py",
-    "fast_transport": "gateway/upstream/fast_transport.py",
-    "http1": "gateway/upstream/http1.py",
-}
-"""Where the modules mypyc compiles live, by the last part of their name (the rest are
-dialects)."""
-
-
 def _path_of(frame: str) -> str:
     m = _FRAME.match(frame)
     if m is None:
         return frame
-    native = _COMPILED.match(m.group("func"))
-    if native is not None and m.group("file").startswith("__native"):
-        module = native.group("module")
-        return _COMPILED_PATH.get(module, f"gateway/dialects/{module}.py")
     return m.group("file")
 
 
@@ -182,7 +155,7 @@ async def profile(a: argparse.Namespace, spy: str) -> tuple[Path, float | None]:
         recorder = subprocess.Popen(
             [spy, "record", "--pid", str(gw.pid), "--duration", str(int(a.seconds)),
              "--rate", "200", "--format", "raw", "--output", str(out),
-             # native frames (the compiled build's C) need the process paused while sampled
+             # native frames (C extensions) need the process paused while sampled
              *(["--native"] if a.native else ["--nonblocking"])],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         # paced: the mock sleeps 10 ms before each frame, so every frame is its own read and
@@ -229,9 +202,9 @@ def main() -> None:
     p.add_argument("--paced", action="store_true",
                    help="against the mock's paced port (10 ms before each frame)")
     p.add_argument("--gateway-cmd", default=None,
-                   help="how to start the gateway (as bench/run.py), e.g. the compiled build's")
+                   help="how to start the gateway (as bench/run.py)")
     p.add_argument("--native", action="store_true",
-                   help="sample native frames too (compiled modules, C extensions); pauses the "
+                   help="sample native frames too (C extensions); pauses the "
                         "gateway at each sample, so its CPU per request reads higher")
     p.add_argument("--out", type=Path, default=None, help="where to keep the raw samples")
     p.add_argument("--generator", choices=driver.GENERATORS, default="lean", help="the load client")

@@ -42,8 +42,7 @@ Framing = Literal["jsonlines", "sse"]
 
 class RawData(NamedTuple):
     """An SSE event whose data is not JSON (e.g. OpenAI's ``[DONE]``); the dialect decides.
-    (A named tuple: immutable, and copied alike whether this module runs
-    interpreted or compiled.)"""
+    (A named tuple: immutable.)"""
 
     text: str
 

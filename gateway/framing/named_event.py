@@ -13,10 +13,9 @@ class Named:
     """An SSE event that carries its ``event:`` name. Written: ``data`` is the compact JSON
     bytes. Read (only from a reader asked for names): ``data`` is the parsed payload.
 
-    A plain (compiled) class rather than a named tuple: one is built for nearly every event of
-    a stream of named events, read and written, and a tuple subclass costs about a microsecond
-    to build and a generic attribute lookup to read, where this costs a struct's. It keeps
-    what callers used of the tuple: equality, a hash, ``event, data = named`` and copying."""
+    A slotted class rather than a named tuple: one is built for nearly every event of a stream
+    of named events, read and written, and a tuple subclass is slower to build. It keeps what
+    callers used of the tuple: equality, a hash, ``event, data = named`` and copying."""
 
     __slots__ = ("data", "event")
 

@@ -168,9 +168,9 @@ class SSEReader:
         ``data[at:]`` alone: ``(name, data, where the next event begins)``, or ``None``. For a
         caller that skips some events by reading them another way; it checks
         :meth:`whole_events` first, and calls :meth:`read_plain` once it has read them all."""
-        # Found line by line, each end by a one-byte find (memchr), then only what the compiled
-        # build does natively (slices, comparisons): a two-byte find, a split or ``in`` scans
-        # the event again, byte by byte, and an event is read per call.
+        # Found line by line, each end by a one-byte find (memchr), then slices and comparisons:
+        # a two-byte find, a split or ``in`` would scan the event again, byte by byte; an event
+        # is read per call.
         end = data.find(b"\n", at)
         if end < 0:
             return None

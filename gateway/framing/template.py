@@ -248,8 +248,7 @@ class FrameTemplate:
                     if piece != spelled:
                         return None
                     break
-                # (joined, then one startswith at the start: at an offset, or with ``+=``, each
-                # is a generic call in the compiled build)
+                # joined, then one startswith at the start
                 spelled = spelled + between
                 if not piece.startswith(spelled):
                     return None
@@ -396,7 +395,7 @@ def _same_but(value: Any, probed: bytes, changes: tuple[tuple[TextPath, Any, Any
     except RecursionError:  # a value nested deeper than comparing can walk: no template
         return False
     finally:
-        done.reverse()  # (not ``reversed()``: mypyc cannot compile that loop over Any tuples)
+        done.reverse()
         for put in done:
             _put(value, put[0], put[1])
 
