@@ -35,7 +35,9 @@ class ClientGone(Exception):
     """The client's connection broke while the gateway wrote to it."""
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: a frozen dataclass's __init__ sets each field through object.__setattr__,
+# several times the cost of a plain one, and this is built on every request. Written once.
+@dataclass(slots=True)
 class Answered:
     """The client has its answer (sent through the exchange's sink)."""
 
@@ -71,7 +73,9 @@ streams)``; raises :class:`UpstreamError` when the upstream fails before the cli
 Headers = Callable[[UpstreamState, Dialect, bool], dict[str, str]]
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+# Not frozen: a frozen dataclass's __init__ sets each field through object.__setattr__,
+# several times the cost of a plain one, and this is built on every request. Written once.
+@dataclass(slots=True, eq=False)
 class AttemptContext:
     """What every attempt of one request shares."""
 

@@ -34,7 +34,9 @@ NONE = "none"
 _ERROR_KINDS = frozenset({"connect", "timeout", "status", "malformed"})
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: a frozen dataclass's __init__ sets each field through object.__setattr__,
+# several times the cost of a plain one, and this is built on every request. Written once.
+@dataclass(slots=True)
 class Attempt:
     """One try of one upstream."""
 
@@ -48,7 +50,9 @@ class Attempt:
     """The upstream's HTTP status (attempts that got one)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+# Not frozen: a frozen dataclass's __init__ sets each field through object.__setattr__,
+# several times the cost of a plain one, and this is built on every request. Written once.
+@dataclass(slots=True, kw_only=True, eq=False)
 class Outcome:
     """Written once, when it is built, and only read after (by :func:`record`, the tracer and
     the tests' spies). Compared by identity: one record per request, never a value to match."""
