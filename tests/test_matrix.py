@@ -151,6 +151,33 @@ def test_whole_error(up: str, cl: str) -> None:
         assert u.parse_error(case.body) is None, case.id
 
 
+SHAPED = [(u, c) for u, c in PAIRS if DIALECTS[c].capabilities.answer_context is not None]
+
+
+@pytest.mark.parametrize(("up", "cl"), SHAPED, ids=[f"{u}->{c}" for u, c in SHAPED])
+def test_whole_answers_carry_the_context_the_client_declares(up: str, cl: str) -> None:
+    """A client whose dialect declares an ``answer_context`` (its frontend reads the context of
+    every answer) gets one in every whole answer: the upstream's context as it came, else the
+    declared shape. Whole answers, and streams the gateway assembles into one."""
+    u, c = DIALECTS[up], DIALECTS[cl]
+    shape = c.capabilities.answer_context
+    assert shape is not None
+    answers = [(case.id, u.parse_response(case.body)) for case in whole_cases(u)]
+    for case in stream_cases(u):
+        assembler = StreamAssembler(u)
+        assembler.feed(case.body)
+        resp = assembler.finish()
+        if assembler.error is None:
+            answers.append((case.id, resp))
+    assert answers
+    for case_id, resp in answers:
+        req, _ = client_request(c, stream=False)
+        sent = resp.context
+        adapted, _ = adapt_response(with_session_echo(resp, req), c, "drop")
+        got = c.parse_response(c.render_response(adapted, req)).context
+        assert got == (dict(shape) if sent is None else sent), case_id
+
+
 # --- streams -------------------------------------------------------------------------------------
 
 

@@ -6,7 +6,8 @@ A dialect never imports another dialect: what two dialects have in common lives 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import copy
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -47,6 +48,7 @@ __all__ = [
     "Dialect",
     "Samples",
     "SessionKind",
+    "answer_context",
     "StreamDecoder",
     "StreamEncoder",
     "error_code_for",
@@ -114,11 +116,30 @@ class Capabilities:
     only ever goes back to the dialect that issued it); ``own``, only reasoning this dialect
     issued itself (Anthropic verifies its signatures, so another dialect's reasoning cannot be
     sent to it). What cannot go back is lost under the field ``reasoning``."""
+    # (not hashed: a mapping cannot be, and the declarations stay hashable as they were)
+    answer_context: Mapping[str, JSON] | None = field(default=None, hash=False)
+    """The context every whole answer to this dialect's clients carries, when the upstream sent
+    none (with ``citations``, ``followups`` or ``thoughts``): an empty but well-formed value of
+    each key their frontends read unconditionally (a RAG frontend reads ``context.data_points``
+    of any answer, and crashes on an answer without it). A context the upstream sent is passed
+    on as it is. ``None``: the dialect's clients need none."""
 
+
+_QUALIFIERS = frozenset({"reasoning_replay", "answer_context"})
 
 FIELDS: tuple[str, ...] = tuple(f for f in Capabilities.__dataclass_fields__
-                                if f != "reasoning_replay")
-"""Every capability's name (``reasoning_replay`` only qualifies ``reasoning``)."""
+                                if f not in _QUALIFIERS)
+"""Every capability's name (``reasoning_replay`` only qualifies ``reasoning``, and
+``answer_context`` the RAG context fields)."""
+
+
+def answer_context(caps: Capabilities, context: JSON) -> JSON:
+    """The context a whole answer to a client of a dialect with ``caps`` carries: ``context``
+    when the upstream sent one, else a fresh copy of :attr:`Capabilities.answer_context`
+    (a copy: the rendered answer is the caller's to change)."""
+    if context is not None or caps.answer_context is None:
+        return context
+    return copy.deepcopy(dict(caps.answer_context))
 
 
 @dataclass(frozen=True, slots=True)

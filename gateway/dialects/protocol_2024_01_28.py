@@ -38,6 +38,7 @@ from gateway.dialects.base import (
     JSON_LINES_ACCEPT,
     Capabilities,
     SamplesFromPackage,
+    answer_context,
     error_text,
     expect_object,
     parse_messages,
@@ -57,6 +58,12 @@ NAME = "protocol-2024-01-28"
 _REQUEST_KEYS = frozenset({"messages", "stream", "context", "session_state"})
 _RESPONSE_KEYS = frozenset({"choices", "id", "created", "model", "usage"})
 _CHOICE_KEYS = frozenset({"message", "context", "session_state", "finish_reason"})
+# The spec's recommended response context, empty: data_points "an object containing text and/or
+# image data chunks, a list in the text or images properties", thoughts "a list describing each
+# step", followup_questions "a list". Its frontends read data_points and thoughts of every
+# answer; a whole answer carries this when the upstream sent no context.
+_EMPTY_CONTEXT: dict[str, Any] = {"data_points": {"text": []}, "thoughts": [],
+                                  "followup_questions": []}
 
 
 class Protocol20240128(SamplesFromPackage):
@@ -64,7 +71,8 @@ class Protocol20240128(SamplesFromPackage):
     summary = ("the OpenAI-like `choices` format with `context` and `session_state`, "
                "JSON-lines streams")
     capabilities = Capabilities(session_state="json", citations=True, followups=True,
-                                thoughts=True, usage_whole=True, usage_stream=True)
+                                thoughts=True, usage_whole=True, usage_stream=True,
+                                answer_context=_EMPTY_CONTEXT)
     framing: Framing = "jsonlines"
     named_events = False
     stream_content_type = "application/json-lines"
@@ -156,8 +164,9 @@ class Protocol20240128(SamplesFromPackage):
         message.setdefault("role", "assistant")
         message["content"] = resp.text
         choice["message"] = message
-        if resp.context is not None:
-            choice["context"] = resp.context
+        context = answer_context(self.capabilities, resp.context)
+        if context is not None:
+            choice["context"] = context
         if resp.session_state is not None:
             choice["session_state"] = resp.session_state
         choice["finish_reason"] = resp.finish_reason or "stop"

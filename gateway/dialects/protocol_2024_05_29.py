@@ -36,6 +36,7 @@ from gateway.dialects.base import (
     JSON_LINES_ACCEPT,
     Capabilities,
     SamplesFromPackage,
+    answer_context,
     error_text,
     expect_object,
     parse_messages,
@@ -53,9 +54,13 @@ NAME = "protocol-2024-05-29"
 CAMEL, SNAKE = "sessionState", "session_state"
 _REQUEST_KEYS = frozenset({"messages", "context", CAMEL, SNAKE})
 _RESPONSE_KEYS = frozenset({"message", "context", CAMEL, SNAKE})
-# The first line a client sees must carry a context: the reference frontend reads
-# context.data_points from it.
-_EMPTY_CONTEXT: dict[str, Any] = {"data_points": {"text": []}, "thoughts": []}
+# The reference frontend (azure-search-openai-demo, app/frontend/src/api/models.ts) types every
+# answer's context as {data_points: {text, images, citations}, followup_questions: string[] | null,
+# thoughts: Thought[]} and reads data_points and thoughts without a check; its backend sends a
+# null followup_questions when it has none (captures/azure-search-openai-demo). The first stream
+# line and every whole answer carry this when the upstream sent no context.
+_EMPTY_CONTEXT: dict[str, Any] = {"data_points": {"text": [], "images": [], "citations": []},
+                                  "thoughts": [], "followup_questions": None}
 
 
 def _session(obj: dict[str, JSON]) -> tuple[JSON, str | None]:
@@ -75,7 +80,7 @@ class Protocol20240529(SamplesFromPackage):
     summary = ("`message`/`delta`, paths `chat` and `chat/stream`, `sessionState` or "
                "`session_state`")
     capabilities = Capabilities(session_state="json", citations=True, followups=True,
-                                thoughts=True)
+                                thoughts=True, answer_context=_EMPTY_CONTEXT)
     framing: Framing = "jsonlines"
     named_events = False
     stream_content_type = "application/json-lines"
@@ -150,8 +155,9 @@ class Protocol20240529(SamplesFromPackage):
         message.setdefault("role", "assistant")
         message["content"] = resp.text
         out["message"] = message
-        if resp.context is not None:
-            out["context"] = resp.context
+        context = answer_context(self.capabilities, resp.context)
+        if context is not None:
+            out["context"] = context
         if resp.session_state is not None:
             # an upstream's null under its own spelling must not sit beside the state (an echo of
             # the client's own) written in the client's spelling

@@ -178,10 +178,11 @@ class Answerer:
                 f"the upstream answer could not be read: {e}"))
         # Same dialect both sides (a round trip is exact) and nothing of the client's to put in:
         # its state echoed to it, the upstream's state written in the spelling the client used,
-        # or a shape its route's options ask for.
+        # a shape its route's options ask for, or the context its dialect's answers always carry.
         same = (dialect is self.client and not self.entry.config.model_extra
                 and (req.session_state is None if resp.session_state is None
-                     else "session_key" not in req.hints))
+                     else "session_key" not in req.hints)
+                and (resp.context is not None or dialect.capabilities.answer_context is None))
         return with_session_echo(resp, req), raw if same else None
 
     async def _assembled(self, req: ChatRequest, call: UpstreamCall,

@@ -67,10 +67,11 @@ def test_same_dialect_answer_never_holds_two_states() -> None:
     ``sessionState`` gets its own back, and not beside that null."""
     req = ME.parse_request({"messages": [{"role": "user", "content": "hi"}],
                             "sessionState": {"mine": True}})
-    body = {"message": {"role": "assistant", "content": "ok"}, "session_state": None}
+    body = {"message": {"role": "assistant", "content": "ok"}, "context": {"thoughts": []},
+            "session_state": None}
     out, _ = translate_response(body, ME, ME, req)
     assert out == {"message": {"role": "assistant", "content": "ok"},
-                   "sessionState": {"mine": True}}
+                   "context": {"thoughts": []}, "sessionState": {"mine": True}}
     # and with no state to echo, the answer comes back as it was
     plain = ME.parse_request({"messages": [{"role": "user", "content": "hi"}]})
     assert translate_response(body, ME, ME, plain)[0] == body
