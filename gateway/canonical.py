@@ -257,6 +257,9 @@ class ChatRequest:
     """Request context, e.g. ``{"overrides": {"temperature": 0.3, "top": 3}}``."""
     session_state: JSON = None
     """The app's memory, opaque to the gateway; ``None`` when absent or null."""
+    session_minted: bool = False
+    """:attr:`session_state` is the gateway's own (the route's ``mint_session_state``), not the
+    client's: an upstream that cannot carry it loses nothing the client sent."""
     model: str | None = None
     sampling: dict[str, JSON] = field(default_factory=dict)
     """Sampling and limits under canonical names: ``temperature``, ``top_p``, ``max_tokens``

@@ -100,8 +100,8 @@ def request_losses(req: ChatRequest, target: Dialect) -> list[str]:
             lost.append("reasoning")
     elif not all(takes_back(r, target) for r in replayed):
         lost.append("reasoning")
-    if req.session_state is not None and not carries_state(caps.session_state,
-                                                           req.session_state):
+    if req.session_state is not None and not req.session_minted \
+            and not carries_state(caps.session_state, req.session_state):
         lost.append("session_state")
     return lost
 

@@ -361,6 +361,21 @@ class RouteConfig(_Model):
     calls, images and other content parts, reasoning): ``reject`` answers an error naming the
     field (400 for a request, 502 for an answer); ``drop`` takes it out, counts it in
     ``gateway_dropped_fields_total`` and logs it."""
+    mint_session_state: bool = False
+    """Routes whose dialect carries session state only. A request whose session state is null or
+    absent gets a new one from the gateway (32 random hex characters, 128 bits from the OS's
+    random source) before the upstream call: sent upstream where the upstream's dialect carries
+    session state, and given back to the client in its answer (whole and streamed), so that its
+    next turn sends it back. A session state the upstream answers with wins. For frontends that
+    keep no history without one (the RAG demo app sends ``session_state: null``)."""
+
+    @model_validator(mode="after")
+    def _mints_a_state_it_can_carry(self) -> RouteConfig:
+        if self.mint_session_state and self.dialect in DIALECTS \
+                and get(self.dialect).capabilities.session_state == "none":
+            raise ValueError(f"mint_session_state: the {self.dialect} dialect carries no "
+                             "session state")
+        return self
 
     @model_validator(mode="after")
     def _dialect_options(self) -> RouteConfig:

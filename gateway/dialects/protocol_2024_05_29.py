@@ -125,6 +125,10 @@ class Protocol20240529(SamplesFromPackage):
         if context is not None:
             out["context"] = context
         if req.session_state is not None:
+            # a client's null under the other spelling (kept for a same-dialect render) must not
+            # sit beside a state the gateway minted for it
+            out.pop(CAMEL, None)
+            out.pop(SNAKE, None)
             for key in _session_keys(req):
                 out[key] = req.session_state
         return out

@@ -53,6 +53,12 @@ async def read_chat_request(request: ClientRequest, entry: RouteEntry,
         raise Refused(ChatError(400, f"invalid request: {e}", param=e.where or None)) from None
     req.stream = _wants_stream(request, entry, req)
     req.options = entry.options
+    if req.session_state is None and entry.config.mint_session_state:
+        # Minted before any attempt, so that every upstream tried and the answer carry the same
+        # one; the answer gives it back as any client's own state is echoed
+        # (pipeline.with_session_echo, StreamTranslator), and an upstream's own state wins.
+        req.session_state = random_hex()
+        req.session_minted = True
     return req
 
 
