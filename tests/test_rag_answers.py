@@ -1,4 +1,8 @@
-"""The route setting ``mint_session_state``, driven through the in-memory transport.
+"""What RAG frontends need of every answer, through the exchange and the in-memory transport:
+a context, and (route setting ``mint_session_state``) a session state.
+
+A client dialect that declares an ``answer_context`` gets it in a whole answer from any upstream
+that sent no context, its own dialect's included (whose answer is otherwise passed on as it came).
 
 For every client dialect that carries session state, in front of every upstream dialect with a
 strict writer, whole and streamed: a request with no session state (absent, or null) gets one
@@ -141,3 +145,22 @@ async def test_a_clients_own_state_is_kept_and_nothing_is_minted_by_default(
 def test_only_a_dialect_with_session_state_may_mint(cl: Dialect) -> None:
     with pytest.raises(ConfigError, match="mint_session_state"):
         parse_config(route_config(cl, cl, mint_session_state=True), env={})
+
+
+SHAPED = [(c, u) for c in DIALECTS.values() if c.capabilities.answer_context is not None
+          for u in WRITTEN]
+
+
+@pytest.mark.parametrize(("cl", "up"), SHAPED, ids=[f"{u.name}->{c.name}" for c, u in SHAPED])
+async def test_a_whole_answer_without_context_gets_the_declared_one(
+        aiohttp_client: Any, cl: Dialect, up: Dialect) -> None:
+    upstream = Upstream(up, stream=False)
+    app = create_app(parse_config(route_config(cl, up), env={}),
+                     transport=MemoryTransport(upstream))
+    http: TestClient[Any, Any] = await aiohttp_client(app)
+    path, body, headers = client_request(cl.name, stream=False, state=None)
+    async with http.post(path, json=body, headers=headers) as resp:
+        raw = await resp.read()
+        assert resp.status == 200, raw
+    assert cl.parse_response(orjson.loads(raw)).context == dict(cl.capabilities.answer_context
+                                                                or {})
