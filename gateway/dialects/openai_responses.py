@@ -1459,7 +1459,15 @@ class _Encoder:
                 self._created = start.created
             if start.model and self._model == "unknown":
                 self._model = start.model
-        shell = b'{"response":' + orjson.dumps(self._response("in_progress")) + b"}"
+        # The two lifecycle events carry the request's echo without ``tools`` and
+        # ``instructions``: a Codex request repeats kilobytes of both, and three copies of them
+        # made an answer of two sentences some 60 KB. ``response.completed`` (or incomplete /
+        # failed) still echoes them whole. Safe for the readers: the SDKs' ``Response`` type
+        # requires ``tools`` (an empty list is one) and allows ``instructions`` to be null, and
+        # their accumulators take the tools from the request, the finished response from the
+        # terminal event.
+        shell = b'{"response":' + orjson.dumps(self._response(
+            "in_progress", tools=[], instructions=None)) + b"}"
         return [self._event_of("response.created", shell),
                 self._event_of("response.in_progress", shell)]
 
