@@ -65,6 +65,7 @@ from gateway.dialects.base import (
     SSE_ACCEPT,
     Capabilities,
     SamplesFromPackage,
+    TokenCount,
     error_text,
     expect_object,
     kind_of,
@@ -656,6 +657,12 @@ class AnthropicDialect(SamplesFromPackage):
     route_options = None
     models_path: str | None = "/v1/models"
     models_header: str | None = "anthropic-version"  # every Anthropic SDK request has it
+    token_count: TokenCount | None = TokenCount(
+        # https://docs.anthropic.com/en/api/messages-count-tokens: the request without
+        # max_tokens, sampling, stop_sequences, metadata or stream; the answer {input_tokens}
+        "/count_tokens", frozenset({"model", "messages", "system", "tools", "tool_choice",
+                                    "thinking", "mcp_servers", "context_management",
+                                    "output_config"}))
 
     def render_models(self, names: Sequence[str]) -> JSON:
         # https://docs.anthropic.com/en/api/models-list: one page holding every model; the

@@ -72,6 +72,7 @@ from gateway.dialects.base import (
     SSE_ACCEPT,
     Capabilities,
     SamplesFromPackage,
+    TokenCount,
     error_text,
     expect_object,
     kind_of,
@@ -177,6 +178,12 @@ class OpenAIResponsesDialect(SamplesFromPackage):
     route_options = None
     models_path: str | None = "/v1/models"  # the same OpenAI SDK lists where it posts
     models_header: str | None = None
+    token_count: TokenCount | None = TokenCount(
+        # POST /v1/responses/input_tokens (openai-python ``responses.input_tokens.count``,
+        # ``InputTokenCountResponse``): no stream, store, sampling or output cap
+        "/input_tokens", frozenset({"model", "input", "instructions", "tools", "tool_choice",
+                                    "parallel_tool_calls", "reasoning", "text", "truncation"}),
+        answer=(("object", "response.input_tokens"),))
 
     def render_models(self, names: Sequence[str]) -> JSON:
         # https://platform.openai.com/docs/api-reference/models/list (one API for both)
