@@ -12,6 +12,7 @@ from gateway.history.keys import HISTORY
 from gateway.keys import ENV, METRICS, RELOADER, RUNTIME
 from gateway.metrics import CONTENT_TYPE_LATEST
 from gateway.models_list import model_list_for
+from gateway.token_count import counter_for
 
 __all__ = ["chat", "healthz", "json_error", "metrics", "readyz", "reload"]
 
@@ -30,6 +31,9 @@ async def chat(request: web.Request) -> web.StreamResponse:
         listing = model_list_for(runtime, request.path)
         if listing is not None:  # GET …/models beside routes whose clients list models
             return listing.answer(request, runtime.config, request.app[ENV])
+        counter = counter_for(runtime, request.path)
+        if counter is not None:  # POST …/count_tokens beside routes whose clients count
+            return await counter.answer(request, runtime, request.app[ENV])
         return unrouted(request, json_error(404, f"no route for {request.path}", "NOT_FOUND"),
                         request.app[ENV], runtime.config.server.trusted_proxies)
     if request.method == "OPTIONS" and runtime.config.server.cors.allow_origins:

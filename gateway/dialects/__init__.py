@@ -12,15 +12,21 @@ from __future__ import annotations
 from importlib.metadata import entry_points
 
 from gateway.dialects.anthropic import AnthropicDialect
-from gateway.dialects.base import Capabilities, Dialect, StreamDecoder, StreamEncoder
+from gateway.dialects.base import (
+    Capabilities,
+    Dialect,
+    StreamDecoder,
+    StreamEncoder,
+    TokenCount,
+)
 from gateway.dialects.chatui import ChatUIDialect
 from gateway.dialects.openai import OpenAIDialect
 from gateway.dialects.openai_responses import OpenAIResponsesDialect
 from gateway.dialects.protocol_2024_01_28 import Protocol20240128
 from gateway.dialects.protocol_2024_05_29 import Protocol20240529
 
-__all__ = ["DIALECTS", "Capabilities", "Dialect", "StreamDecoder", "StreamEncoder", "get",
-           "names", "register"]
+__all__ = ["DIALECTS", "Capabilities", "Dialect", "StreamDecoder", "StreamEncoder", "TokenCount",
+           "get", "names", "register"]
 
 _BUILTIN: tuple[Dialect, ...] = (
     Protocol20240128(),

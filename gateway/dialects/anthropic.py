@@ -65,6 +65,7 @@ from gateway.dialects.base import (
     SSE_ACCEPT,
     Capabilities,
     SamplesFromPackage,
+    TokenCount,
     error_text,
     expect_object,
     kind_of,
@@ -86,6 +87,10 @@ _REQUEST_KEYS = frozenset({
     "model", "max_tokens", "messages", "system", "stream", "tools", "tool_choice", "thinking",
     "stop_sequences", "temperature", "top_p", "top_k", "metadata"})
 _RESPONSE_KEYS = frozenset({"id", "type", "role", "model", "content", "stop_reason", "usage"})
+
+_SYSTEM_SEPARATOR = "\n\n"
+"""Between the text blocks of a ``system`` list once they are one canonical text (see
+:func:`_parse_system`)."""
 
 _TEXT_DELTA_HEAD = b'{"type":"content_block_delta","index":'
 _TEXT_DELTA_MID = b',"delta":{"type":"text_delta","text":'
@@ -414,6 +419,16 @@ def _parse_system(raw: JSON) -> list[Message]:
     if not isinstance(raw, list):
         raise DialectError("must be a string or a list of text blocks", "system")
     blocks = _parse_blocks(raw, "system", assistant=False)
+    texts = [p.text for p in blocks.parts if isinstance(p, TextPart)]
+    if len(texts) > 1 and len(texts) == len(blocks.parts):
+        # Several text blocks are one system prompt (Claude Code sends its identity line, then
+        # its instructions). The API documents no join; other dialects hold a system prompt as
+        # one text (Responses' ``instructions``, a protocol's system message), and joining the
+        # parts with nothing between them ran two paragraphs into one line. A blank line is
+        # what the blocks were written to be read as. The wire list is kept for an Anthropic
+        # upstream (``cache_control`` on each block), as long as the text is unchanged.
+        joined = _SYSTEM_SEPARATOR.join(texts)
+        return [Message("system", [TextPart(joined)], extras={"_system": raw})]
     return [_with_layout(Message("system", blocks.parts), blocks, raw)]
 
 
@@ -642,6 +657,12 @@ class AnthropicDialect(SamplesFromPackage):
     route_options = None
     models_path: str | None = "/v1/models"
     models_header: str | None = "anthropic-version"  # every Anthropic SDK request has it
+    token_count: TokenCount | None = TokenCount(
+        # https://docs.anthropic.com/en/api/messages-count-tokens: the request without
+        # max_tokens, sampling, stop_sequences, metadata or stream; the answer {input_tokens}
+        "/count_tokens", frozenset({"model", "messages", "system", "tools", "tool_choice",
+                                    "thinking", "mcp_servers", "context_management",
+                                    "output_config"}))
 
     def render_models(self, names: Sequence[str]) -> JSON:
         # https://docs.anthropic.com/en/api/models-list: one page holding every model; the
@@ -948,6 +969,18 @@ def _render_result(m: Message, same: bool) -> dict[str, Any]:
     return block
 
 
+def _system_wire(m: Message) -> list[JSON] | None:
+    """The ``system`` blocks a message joined at parsing, if its text is still their text."""
+    wire = m.extras.get("_system")
+    if not isinstance(wire, list):
+        return None
+    texts = [b.get("text") if isinstance(b, dict) else b for b in wire]
+    strings = [t for t in texts if isinstance(t, str)]
+    if len(strings) != len(texts) or m.text != _SYSTEM_SEPARATOR.join(strings):
+        return None
+    return wire
+
+
 def _render_system(system: list[Message], same: bool) -> JSON:
     if not system:
         return None
@@ -958,6 +991,8 @@ def _render_system(system: list[Message], same: bool) -> JSON:
         if isinstance(m.content, str):
             if m.content or same:
                 blocks.append({"type": "text", "text": m.content})
+        elif same and (wire := _system_wire(m)) is not None:
+            blocks.extend(wire)
         else:
             blocks.extend(_render_blocks(m.content, [], [], m.extras.get("_blocks"), same))
     return blocks

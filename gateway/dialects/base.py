@@ -50,6 +50,7 @@ __all__ = [
     "SessionKind",
     "StreamDecoder",
     "StreamEncoder",
+    "TokenCount",
     "answer_context",
     "error_code_for",
     "error_text",
@@ -126,6 +127,39 @@ class Capabilities:
 
 
 _QUALIFIERS = frozenset({"reasoning_replay", "answer_context"})
+
+
+@dataclass(frozen=True, slots=True)
+class TokenCount:
+    """A dialect's token counting endpoint (``POST /v1/messages/count_tokens``): a chat request
+    without an answer, answered with the number of input tokens it holds."""
+
+    suffix: str
+    """Appended to a chat path: a route of this dialect at ``…/v1/messages`` counts at
+    ``…/v1/messages/count_tokens``, and an upstream of this dialect is asked at its ``url`` with
+    this appended (before any query string)."""
+    request_keys: frozenset[str]
+    """The keys of a rendered chat request the endpoint takes (it refuses the others, such as
+    Anthropic's ``max_tokens`` or Responses' ``stream``)."""
+    answer: tuple[tuple[str, str], ...] = ()
+    """Fixed fields of the answer beside the count (``object: response.input_tokens``)."""
+    key: str = "input_tokens"
+    """The answer's field that holds the count."""
+
+    def request(self, rendered: JSON) -> JSON:
+        """A rendered chat request cut to what the endpoint takes."""
+        if not isinstance(rendered, dict):
+            return rendered
+        return {k: v for k, v in rendered.items() if k in self.request_keys}
+
+    def render(self, tokens: int) -> JSON:
+        return {**dict(self.answer), self.key: tokens}
+
+    def parse(self, body: JSON) -> int | None:
+        """The count an answer of this endpoint holds, or ``None`` when it holds none."""
+        count = body.get(self.key) if isinstance(body, dict) else None
+        return count if isinstance(count, int) and not isinstance(count, bool) else None
+
 
 FIELDS: tuple[str, ...] = tuple(f for f in Capabilities.__dataclass_fields__
                                 if f not in _QUALIFIERS)
@@ -311,6 +345,13 @@ class Dialect(Protocol):
 
     def render_models(self, names: Sequence[str]) -> JSON:
         """The model list body for :attr:`models_path` (only called when that is set)."""
+        ...
+
+    @property
+    def token_count(self) -> TokenCount | None:
+        """Its token counting endpoint, both as a client's dialect (served beside its routes,
+        :mod:`gateway.token_count`) and as an upstream's (asked there); ``None``: it has none
+        (the gateway then answers an estimate to clients that have one)."""
         ...
 
     @property

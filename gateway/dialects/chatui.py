@@ -53,6 +53,7 @@ from gateway.dialects.base import (
     SSE_ACCEPT,
     Capabilities,
     SamplesFromPackage,
+    TokenCount,
     error_code_for,
     error_text,
     expect_object,
@@ -180,6 +181,7 @@ class ChatUIDialect(SamplesFromPackage):
     route_options: type[BaseModel] | None = ChatUIRouteOptions
     models_path: str | None = None
     models_header: str | None = None
+    token_count: TokenCount | None = None
 
     def render_models(self, names: Sequence[str]) -> JSON:
         raise NotImplementedError(f"{self.name} clients list no models")

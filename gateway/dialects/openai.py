@@ -54,6 +54,7 @@ from gateway.dialects.base import (
     SSE_ACCEPT,
     Capabilities,
     SamplesFromPackage,
+    TokenCount,
     error_text,
     expect_object,
     kind_of,
@@ -119,6 +120,7 @@ class OpenAIDialect(SamplesFromPackage):
     route_options = None
     models_path: str | None = "/v1/models"
     models_header: str | None = None
+    token_count: TokenCount | None = None
 
     def render_models(self, names: Sequence[str]) -> JSON:
         # https://platform.openai.com/docs/api-reference/models/list; ``created`` is unknown

@@ -72,6 +72,7 @@ from gateway.dialects.base import (
     SSE_ACCEPT,
     Capabilities,
     SamplesFromPackage,
+    TokenCount,
     error_text,
     expect_object,
     kind_of,
@@ -177,6 +178,12 @@ class OpenAIResponsesDialect(SamplesFromPackage):
     route_options = None
     models_path: str | None = "/v1/models"  # the same OpenAI SDK lists where it posts
     models_header: str | None = None
+    token_count: TokenCount | None = TokenCount(
+        # POST /v1/responses/input_tokens (openai-python ``responses.input_tokens.count``,
+        # ``InputTokenCountResponse``): no stream, store, sampling or output cap
+        "/input_tokens", frozenset({"model", "input", "instructions", "tools", "tool_choice",
+                                    "parallel_tool_calls", "reasoning", "text", "truncation"}),
+        answer=(("object", "response.input_tokens"),))
 
     def render_models(self, names: Sequence[str]) -> JSON:
         # https://platform.openai.com/docs/api-reference/models/list (one API for both)
@@ -1459,7 +1466,15 @@ class _Encoder:
                 self._created = start.created
             if start.model and self._model == "unknown":
                 self._model = start.model
-        shell = b'{"response":' + orjson.dumps(self._response("in_progress")) + b"}"
+        # The two lifecycle events carry the request's echo without ``tools`` and
+        # ``instructions``: a Codex request repeats kilobytes of both, and three copies of them
+        # made an answer of two sentences some 60 KB. ``response.completed`` (or incomplete /
+        # failed) still echoes them whole. Safe for the readers: the SDKs' ``Response`` type
+        # requires ``tools`` (an empty list is one) and allows ``instructions`` to be null, and
+        # their accumulators take the tools from the request, the finished response from the
+        # terminal event.
+        shell = b'{"response":' + orjson.dumps(self._response(
+            "in_progress", tools=[], instructions=None)) + b"}"
         return [self._event_of("response.created", shell),
                 self._event_of("response.in_progress", shell)]
 

@@ -38,6 +38,7 @@ from gateway.dialects.base import (
     JSON_LINES_ACCEPT,
     Capabilities,
     SamplesFromPackage,
+    TokenCount,
     answer_context,
     error_text,
     expect_object,
@@ -85,6 +86,7 @@ class Protocol20240128(SamplesFromPackage):
     route_options = None
     models_path: str | None = None
     models_header: str | None = None
+    token_count: TokenCount | None = None
 
     def render_models(self, names: Sequence[str]) -> JSON:
         raise NotImplementedError(f"{self.name} clients list no models")

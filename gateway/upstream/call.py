@@ -24,12 +24,16 @@ _WHOLE_BODY_LIMIT = 16 * 1024 * 1024
 
 
 async def start_call(transport: Transport, config: UpstreamConfig, body: bytes,
-                     headers: Mapping[str, str], *, stream: bool) -> UpstreamCall:
-    """Send ``body`` to the upstream (its stream URL when ``stream``) and return once the
-    response headers arrived, bounded by the first-byte timeout. The caller closes the call."""
+                     headers: Mapping[str, str], *, stream: bool,
+                     url: str | None = None) -> UpstreamCall:
+    """Send ``body`` to the upstream (its stream URL when ``stream``, or ``url``: another
+    endpoint of it, such as its token count) and return once the response headers arrived,
+    bounded by the first-byte timeout. The caller closes the call."""
     started = time.perf_counter()
+    if url is None:
+        url = config.effective_stream_url if stream else config.url
     response = await transport.send(UpstreamRequest(
-        config.effective_stream_url if stream else config.url, body, headers,
+        url, body, headers,
         config.connect_timeout, config.first_byte_timeout or config.timeout))
     return UpstreamCall(response, config, started, time.perf_counter() - started)
 

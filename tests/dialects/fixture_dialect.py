@@ -176,6 +176,7 @@ class FixtureDialect:
     default_path = "/fixture/chat"
     route_options = None
     models_path: str | None = None
+    token_count: None = None
     models_header: str | None = None
 
     def render_models(self, names: Sequence[str]) -> JSON:

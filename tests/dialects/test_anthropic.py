@@ -37,7 +37,7 @@ from gateway.canonical import (
     ToolDef,
     Usage,
 )
-from gateway.dialects import get
+from gateway.dialects import DIALECTS, get
 from gateway.dialects.anthropic import AnthropicDialect
 from gateway.framing import encoder_for
 from gateway.pipeline import (
@@ -932,3 +932,25 @@ def test_identity_stream_cut_short_ends_with_an_error_event() -> None:
     out = t.feed(sse(START, TEXT0, text_delta(0, "x"))) + t.finish()
     seen = strict.read_stream(out)
     assert seen.error is not None and "before message_stop" in seen.error
+
+
+def test_system_blocks_are_one_prompt_joined_by_a_blank_line_for_every_upstream() -> None:
+    # Claude Code's system: an identity line, then its instructions, each a text block. The API
+    # documents no join; a blank line keeps them two paragraphs wherever they go.
+    wire = [{"type": "text", "text": "You are Claude Code."},
+            {"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}]
+    body = {"model": "m", "max_tokens": 10, "system": wire,
+            "messages": [{"role": "user", "content": "hi"}]}
+    req = get("anthropic").parse_request(body)
+    assert req.messages[0].text == "You are Claude Code.\n\nBe brief."
+    for d in DIALECTS.values():
+        if d.name == "anthropic":
+            continue
+        sent = orjson.dumps(d.render_request(req, stream=False, model=None)).decode()
+        assert "You are Claude Code.\\n\\nBe brief." in sent, d.name
+    # An Anthropic upstream gets the blocks as they came (cache_control on the second)...
+    assert get("anthropic").render_request(req, stream=False, model=None)["system"] == wire
+    # ...unless the text changed on the way: then one block of the canonical text.
+    req.messages[0].content = [TextPart("Other.")]
+    assert get("anthropic").render_request(req, stream=False, model=None)["system"] == [
+        {"type": "text", "text": "Other."}]

@@ -395,3 +395,60 @@ async def test_gateway_api_keys_with_the_sdk() -> None:
     finally:
         for server in reversed(servers):
             await server.close()
+
+
+# --- token counts ---------------------------------------------------------------------------------
+
+
+async def test_count_tokens_estimated_in_front_of_an_upstream_without_a_count(
+        setup: Setup) -> None:
+    # Claude Code's shape: system blocks, a tool, no max_tokens. The OpenAI upstream has no
+    # count endpoint: the gateway estimates, says so, and never asks it.
+    async with setup.client() as client:
+        raw = await client.messages.with_raw_response.count_tokens(
+            model="claude-test", tools=[WEATHER_TOOL],
+            system=[{"type": "text", "text": "You are Claude Code."},
+                    {"type": "text", "text": "Be brief."}],
+            messages=[{"role": "user", "content": "Weather in Boston?"}])
+    counted = await raw.parse()
+    assert isinstance(counted, anthropic.types.MessageTokensCount)
+    assert counted.input_tokens > 0
+    assert raw.headers["X-Gateway-Token-Count"] == "estimate"
+    assert setup.openai.seen == []
+
+
+async def test_count_tokens_asks_a_responses_upstream_its_count() -> None:
+    seen: list[tuple[str, Any]] = []
+
+    async def input_tokens(request: web.Request) -> web.Response:
+        seen.append((request.path, await request.json()))
+        return web.json_response({"object": "response.input_tokens", "input_tokens": 4242})
+
+    app = web.Application()
+    app.router.add_post("/v1/responses/input_tokens", input_tokens)
+    upstream = await serve(app)
+    cfg = {"upstreams": {"resp": {"dialect": "openai-responses", "timeout": TIMEOUT,
+                                  "url": str(upstream.make_url("/v1/responses"))}},
+           "routes": [{"path": "/v1/messages", "dialect": "anthropic", "upstream": "resp"}]}
+    gateway = await serve(create_app(parse_config(cfg, env={})))
+    try:
+        async with anthropic.AsyncAnthropic(
+                api_key="k", base_url=str(gateway.make_url("")), max_retries=0,
+                timeout=TIMEOUT,
+                http_client=anthropic.DefaultAsyncHttpxClient(trust_env=False)) as client:
+            raw = await client.messages.with_raw_response.count_tokens(
+                model="claude-test", system=[{"type": "text", "text": "You are Claude Code."},
+                                             {"type": "text", "text": "Be brief."}],
+                messages=[{"role": "user", "content": "Hello!"}])
+        counted = await raw.parse()
+    finally:
+        await gateway.close()
+        await upstream.close()
+    assert counted.input_tokens == 4242
+    assert raw.headers["X-Gateway-Token-Count"] == "upstream"
+    ((path, sent),) = seen
+    assert path == "/v1/responses/input_tokens"
+    assert sent["instructions"] == "You are Claude Code.\n\nBe brief."
+    assert sent["model"] == "claude-test"
+    # what Responses' count endpoint refuses is left out
+    assert not {"stream", "store", "max_output_tokens"} & set(sent)

@@ -335,3 +335,22 @@ async def test_chat_completions_tools_streamed(rig: Rig) -> None:
     assert (call.function.name, json.loads(call.function.arguments)) == (
         "get_current_weather", json.loads(args))
     assert final.choices[0].finish_reason == "tool_calls"
+
+
+async def test_lifecycle_events_echo_no_tools_the_terminal_event_echoes_all(rig: Rig) -> None:
+    # A Codex request repeats its tools and instructions; only the terminal event echoes them
+    # (the SDK's strict types still accept the lifecycle events: tools [] and instructions null).
+    async with rig.client() as client, client.responses.stream(
+            model="gpt-4o", input="Weather in Boston?", instructions="Be brief.",
+            tools=[WEATHER]) as stream:
+        events = [e async for e in stream]
+        final = await stream.get_final_response()
+    lifecycle = [e for e in events if e.type in ("response.created", "response.in_progress")]
+    assert [e.type for e in lifecycle] == ["response.created", "response.in_progress"]
+    for e in lifecycle:
+        assert e.response.tools == [] and e.response.instructions is None
+    done = events[-1]
+    assert done.type == "response.completed"
+    assert [t.name for t in done.response.tools if t.type == "function"] == [WEATHER["name"]]
+    assert done.response.instructions == "Be brief."
+    assert final.tools == done.response.tools
