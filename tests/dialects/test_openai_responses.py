@@ -440,13 +440,16 @@ def test_encode_echoes_the_request() -> None:
                            "tool_choice": "required", "parallel_tool_calls": False,
                            "metadata": {"k": "v"}, "store": True, "temperature": 0.5})
     _, events = read_back([StreamStart(model="up"), TextDelta("x"), StreamFinish()], req)
-    shell = events[0]["response"]
-    assert shell["instructions"] == "Be brief."
-    assert shell["tools"] == [{"type": "function", "name": "f", "parameters": {}}]
-    assert (shell["tool_choice"], shell["parallel_tool_calls"]) == ("required", False)
-    assert shell["metadata"] == {"k": "v"}
-    assert shell["store"] is False  # a translating route keeps nothing
-    assert shell["model"] == "gpt"
+    first, last = events[0]["response"], events[-1]["response"]
+    # The lifecycle's first events stay small (the tools list once, in the last event)
+    assert (first["tools"], first["instructions"]) == ([], None)
+    assert last["instructions"] == "Be brief."
+    assert last["tools"] == [{"type": "function", "name": "f", "parameters": {}}]
+    for shell in (first, last):
+        assert (shell["tool_choice"], shell["parallel_tool_calls"]) == ("required", False)
+        assert shell["metadata"] == {"k": "v"}
+        assert shell["store"] is False  # a translating route keeps nothing
+        assert shell["model"] == "gpt"
 
 
 @pytest.mark.parametrize("case", sorted(SAMPLES.responses))
