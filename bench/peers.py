@@ -8,14 +8,16 @@ chat-gateway, LiteLLM's proxy and Portkey's gateway, all against the same mock.
 Either peer may be ``none`` (or fail to start): its rows then say so, the others are measured all
 the same. Everything listens on 127.0.0.1 on free ports: the mock (``bench/mock.py``, openai at
 ``/v1/chat/completions``), the pass-through (``bench/passthrough.py``), the chat-gateway with one
-openai -> openai route, LiteLLM with one model (``m``, ``openai/m`` at the mock, ``--num_workers
+openai -> openai route (both on ``--loop``, uvloop by default, the gateway started as ``run.py``
+starts it), LiteLLM with one model (``m``, ``openai/m`` at the mock, ``--num_workers
 1``, a random master key, no database, telemetry and the remote model-cost map off) and Portkey
 (``--headless``; each request carries ``x-portkey-provider: openai`` and ``x-portkey-custom-host``
 pointing at the mock; see ``FETCH_SHIM`` for the workaround its streams need on Node). As in
-``run.py``, the servers are pinned to core 0 and this driver and the mock to core 1; every answer
-is reassembled as an OpenAI client would and compared with the mock's text (a mismatch is an
-error). Per repetition, each mode, each server in turn; figures are medians over repetitions and
-``x pt`` is req/s over the pass-through's of the same mode. The JSON goes to
+``run.py``, this driver and the mock run the lean generator on uvloop (``--generator``), the
+servers are pinned to core 0 and this driver and the mock to core 1; every answer is reassembled
+as an OpenAI client would and compared with the mock's text (a mismatch is an error). Per
+repetition, each mode, each server in turn; figures are medians over repetitions and ``x pt`` is
+req/s over the pass-through's of the same mode. The JSON goes to
 ``bench/results/peers-<time>.json``. See docs/performance.md, "Peers (optional)".
 
 Caveat: each peer runs one process on one core with its defaults (LiteLLM with no database, no
@@ -109,6 +111,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--modes", default="whole,stream", help="whole, stream or both")
     p.add_argument("--chunks", type=int, default=20, help="text chunks per answer")
     p.add_argument("--no-direct", action="store_true", help="skip the direct-to-mock rows")
+    p.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop",
+                   help="the event loop of the chat-gateway and the pass-through (the same for "
+                        "both, as in bench/run.py)")
+    p.add_argument("--generator", choices=driver.GENERATORS, default="lean",
+                   help="the load generator, the driver's client and the mock's server (as "
+                        "bench/run.py's --generator)")
     p.add_argument("--gateway-cmd", default=None,
                    help="command that starts the chat-gateway (before 'serve --config ...')")
     p.add_argument("--start-timeout", type=float, default=120.0,
@@ -339,7 +347,8 @@ async def measure(server: Server, mode: str, a: argparse.Namespace, gen_pids: li
         with extra_headers(server.headers):
             result = await driver.run_load(
                 target, concurrency=a.concurrency, warmup=a.warmup, duration=a.duration,
-                request_timeout=a.request_timeout, on_start=on_start, on_end=on_end)
+                request_timeout=a.request_timeout, on_start=on_start, on_end=on_end,
+                client=a.generator)
     finally:
         if sampler:
             await sampler.stop()
@@ -417,7 +426,8 @@ async def amain(a: argparse.Namespace) -> int:
         running: list[procs.Proc] = []
         try:
             mock = procs.Proc("mock", [py, str(HERE / "mock.py"), "--chunks", str(a.chunks),
-                                       "--listen", str(p_mock)], gen_cpus, tmp / "mock.log")
+                                       "--server", a.generator, "--listen", str(p_mock)],
+                              gen_cpus, tmp / "mock.log")
             running.append(mock)
             await procs.wait_ready(mock, f"http://127.0.0.1:{p_mock}/", 15)
             if not a.no_direct:
@@ -425,7 +435,7 @@ async def amain(a: argparse.Namespace) -> int:
 
             pt = Server("passthrough", f"http://127.0.0.1:{p_pt}{OPENAI_PATH}")
             await start_peer(pt, [py, str(HERE / "passthrough.py"), "--port", str(p_pt),
-                                  "--upstream", f"http://127.0.0.1:{p_mock}"],
+                                  "--upstream", f"http://127.0.0.1:{p_mock}", "--loop", a.loop],
                              f"http://127.0.0.1:{p_pt}/", server_cpus, tmp / "passthrough.log",
                              dict(os.environ), 15, text)
             servers.append(pt)
@@ -434,8 +444,9 @@ async def amain(a: argparse.Namespace) -> int:
             config = tmp / "gateway.yaml"
             config.write_text(json.dumps(gateway_config(p_gw, p_mock), indent=1))
             gw_env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
+            # as bench/run.py's start_gateway: the same command, the same loop as the yardstick
             await start_peer(gw, [*gateway_command(a), "serve", "--config", str(config),
-                                  "--host", "127.0.0.1", "--port", str(p_gw)],
+                                  "--host", "127.0.0.1", "--port", str(p_gw), "--loop", a.loop],
                              f"http://127.0.0.1:{p_gw}/healthz", server_cpus,
                              tmp / "gateway.log", gw_env, 30, text)
             servers.append(gw)
@@ -542,7 +553,8 @@ async def amain(a: argparse.Namespace) -> int:
 
 
 def main() -> None:
-    sys.exit(asyncio.run(amain(parse_args())))
+    a = parse_args()
+    sys.exit(driver.run(amain(a), a.generator))
 
 
 if __name__ == "__main__":
