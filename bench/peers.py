@@ -1,27 +1,32 @@
 """Side-by-side with peers: the same whole and streamed OpenAI load through the pass-through, the
-chat-gateway, LiteLLM's proxy and Portkey's gateway, all against the same mock.
+chat-gateway, nginx, LiteLLM's proxy and Portkey's gateway, all against the same mock.
 
     bench/compare_peers.sh [--quick]     # installs the peers into throwaway dirs, then runs this
     .venv/bin/python bench/peers.py --litellm /path/to/bin/litellm \\
         --portkey /path/to/node_modules/@portkey-ai/gateway/build/start-server.js [--quick]
 
-Either peer may be ``none`` (or fail to start): its rows then say so, the others are measured all
+Any peer may be ``none`` (or fail to start): its rows then say so, the others are measured all
 the same. Everything listens on 127.0.0.1 on free ports: the mock (``bench/mock.py``, openai at
 ``/v1/chat/completions``), the pass-through (``bench/passthrough.py``), the chat-gateway with one
-openai -> openai route, LiteLLM with one model (``m``, ``openai/m`` at the mock, ``--num_workers
-1``, a random master key, no database, telemetry and the remote model-cost map off) and Portkey
+openai -> openai route (both on ``--loop``, uvloop by default, the gateway started as
+``run.py`` starts it), nginx (``--nginx``, on PATH or /usr/sbin/nginx: its own master and one
+worker, ``proxy_pass`` with upstream keep-alive and ``proxy_buffering off``; see
+``nginx_config``), LiteLLM with one model (``m``, ``openai/m`` at the mock, ``--num_workers 1``,
+a random master key, no database, telemetry and the remote model-cost map off) and Portkey
 (``--headless``; each request carries ``x-portkey-provider: openai`` and ``x-portkey-custom-host``
 pointing at the mock; see ``FETCH_SHIM`` for the workaround its streams need on Node). As in
-``run.py``, the servers are pinned to core 0 and this driver and the mock to core 1; every answer
-is reassembled as an OpenAI client would and compared with the mock's text (a mismatch is an
-error). Per repetition, each mode, each server in turn; figures are medians over repetitions and
-``x pt`` is req/s over the pass-through's of the same mode. The JSON goes to
+``run.py``, this driver and the mock run the lean generator on uvloop (``--generator``), the
+servers are pinned to core 0 and this driver and the mock to core 1; every answer is reassembled
+as an OpenAI client would and compared with the mock's text (a mismatch is an error). Per
+repetition, each mode, each server in turn; figures are medians over repetitions and ``x pt`` is
+req/s over the pass-through's of the same mode. The JSON goes to
 ``bench/results/peers-<time>.json``. See docs/performance.md, "Peers (optional)".
 
-Caveat: each peer runs one process on one core with its defaults (LiteLLM with no database, no
-master key and no callbacks; Portkey with no cache, no logging). They do more per request than
-the gateway by design (routing, cost tracking, retries, guardrails), so the ratios are the price
-of each product's default path for a plain OpenAI pass-through, not of the same work.
+Caveat: each peer runs one process on one core (nginx: one worker) with its defaults (LiteLLM
+with no database and no callbacks; Portkey with no cache, no logging). They do
+more per request than the gateway by design (routing, cost tracking, retries, guardrails), so
+the ratios are the price of each product's default path for a plain OpenAI pass-through, not of
+the same work. nginx does less: like the pass-through it relays bytes and parses no JSON, in C.
 """
 
 from __future__ import annotations
@@ -56,10 +61,12 @@ except ImportError as e:  # pragma: no cover - a fresh clone without the venv
     sys.exit(f"bench/peers.py needs the project's dependencies ({e}): run it with .venv/bin/python")
 
 OPENAI_PATH = wire.MOCK_PATHS["openai"]  # /v1/chat/completions, also the peers' path
-SERVERS = ("direct", "passthrough", "chat-gateway", "litellm", "portkey")
+SERVERS = ("direct", "passthrough", "chat-gateway", "nginx", "litellm", "portkey")
 LABELS = {"direct": "direct (mock)", "passthrough": "pass-through (aiohttp)",
-          "chat-gateway": "chat-gateway openai/openai", "litellm": "LiteLLM proxy",
-          "portkey": "Portkey gateway"}
+          "chat-gateway": "chat-gateway openai/openai", "nginx": "nginx proxy_pass",
+          "litellm": "LiteLLM proxy", "portkey": "Portkey gateway"}
+VERSIONED = ("nginx", "litellm", "portkey")
+"""The peers whose label carries their version."""
 
 
 @dataclass(slots=True)
@@ -78,8 +85,7 @@ class Server:
 
     @property
     def label(self) -> str:
-        version = f" {self.version}" if self.version and self.name in ("litellm", "portkey") \
-            else ""
+        version = f" {self.version}" if self.version and self.name in VERSIONED else ""
         return LABELS.get(self.name, self.name) + version + self.label_suffix
 
 
@@ -88,9 +94,11 @@ class Server:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        description="The same OpenAI load through the pass-through, the chat-gateway, LiteLLM and "
-                    "Portkey, against one mock.",
+        description="The same OpenAI load through the pass-through, the chat-gateway, nginx, "
+                    "LiteLLM and Portkey, against one mock.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--nginx", default=shutil.which("nginx") or "/usr/sbin/nginx",
+                   help="the nginx binary ('none': skip)")
     p.add_argument("--litellm", default="none",
                    help="the litellm CLI of a venv with litellm[proxy] ('none': skip)")
     p.add_argument("--portkey", default="none",
@@ -109,6 +117,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--modes", default="whole,stream", help="whole, stream or both")
     p.add_argument("--chunks", type=int, default=20, help="text chunks per answer")
     p.add_argument("--no-direct", action="store_true", help="skip the direct-to-mock rows")
+    p.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop",
+                   help="the event loop of the chat-gateway and the pass-through (the same for "
+                        "both, as in bench/run.py)")
+    p.add_argument("--generator", choices=driver.GENERATORS, default="lean",
+                   help="the load generator, the driver's client and the mock's server (as "
+                        "bench/run.py's --generator)")
     p.add_argument("--gateway-cmd", default=None,
                    help="command that starts the chat-gateway (before 'serve --config ...')")
     p.add_argument("--start-timeout", type=float, default=120.0,
@@ -165,6 +179,63 @@ def litellm_config(mock: int, master_key: str) -> str:
         "general_settings": {"master_key": master_key, "disable_spend_logs": True,
                              "disable_error_logs": True},
     }, indent=1)
+
+
+def nginx_config(tmp: Path, port: int, mock: int) -> str:
+    """nginx as a plain reverse proxy to the mock: one worker, HTTP/1.1 keep-alive upstream
+    connections (``Connection`` cleared, up to 64 idle), ``proxy_buffering off`` so that a stream
+    goes out frame by frame as the mock writes it, no access log, and its pid and temp files in
+    ``tmp``. Keep-alive is not cut after nginx's default 1000 requests on either side (the
+    pass-through does not cut it either)."""
+    t = tmp.resolve()
+    return f"""\
+worker_processes 1;
+pid {t}/nginx.pid;
+error_log stderr warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    client_body_temp_path {t}/nginx-client-body;
+    proxy_temp_path {t}/nginx-proxy;
+    fastcgi_temp_path {t}/nginx-fastcgi;
+    uwsgi_temp_path {t}/nginx-uwsgi;
+    scgi_temp_path {t}/nginx-scgi;
+    keepalive_requests 1000000;
+    keepalive_timeout 75s;
+    upstream mock {{
+        server 127.0.0.1:{mock};
+        keepalive 64;
+        keepalive_requests 1000000;
+    }}
+    server {{
+        listen 127.0.0.1:{port} backlog=1024;
+        location / {{
+            proxy_pass http://mock;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+        }}
+    }}
+}}
+"""
+
+
+def nginx_command(nginx: str, tmp: Path) -> list[str]:
+    """nginx in the foreground (``daemon off``), its prefix and config in ``tmp``; ``-e stderr``
+    so that it does not try /var/log/nginx/error.log before reading the config."""
+    return [nginx, "-p", str(tmp.resolve()), "-c", str((tmp / "nginx.conf").resolve()),
+            "-e", "stderr", "-g", "daemon off;"]
+
+
+def nginx_version(nginx: str) -> str | None:
+    """``nginx -v`` says ``nginx version: nginx/1.22.1`` on stderr."""
+    try:
+        out = subprocess.run([nginx, "-v"], capture_output=True, text=True, timeout=10,
+                             check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    _, _, version = (out.stderr or out.stdout).strip().partition("nginx/")
+    return version.split()[0] if version else None
 
 
 def offline_env() -> dict[str, str]:
@@ -339,7 +410,8 @@ async def measure(server: Server, mode: str, a: argparse.Namespace, gen_pids: li
         with extra_headers(server.headers):
             result = await driver.run_load(
                 target, concurrency=a.concurrency, warmup=a.warmup, duration=a.duration,
-                request_timeout=a.request_timeout, on_start=on_start, on_end=on_end)
+                request_timeout=a.request_timeout, on_start=on_start, on_end=on_end,
+                client=a.generator)
     finally:
         if sampler:
             await sampler.stop()
@@ -405,7 +477,7 @@ async def amain(a: argparse.Namespace) -> int:
     split = procs.split_cores(a.no_pin)
     cpus, pin, server_cpus, gen_cpus = split.usable, split.pinned, split.server, split.generator
     text = wire.answer_text(a.chunks)
-    p_mock, p_pt, p_gw, p_ll, p_pk = (procs.free_port() for _ in range(5))
+    p_mock, p_pt, p_gw, p_ng, p_ll, p_pk = (procs.free_port() for _ in range(6))
     py = sys.executable
     started = time.time()
     notes: list[str] = []
@@ -417,7 +489,8 @@ async def amain(a: argparse.Namespace) -> int:
         running: list[procs.Proc] = []
         try:
             mock = procs.Proc("mock", [py, str(HERE / "mock.py"), "--chunks", str(a.chunks),
-                                       "--listen", str(p_mock)], gen_cpus, tmp / "mock.log")
+                                       "--server", a.generator, "--listen", str(p_mock)],
+                              gen_cpus, tmp / "mock.log")
             running.append(mock)
             await procs.wait_ready(mock, f"http://127.0.0.1:{p_mock}/", 15)
             if not a.no_direct:
@@ -425,7 +498,7 @@ async def amain(a: argparse.Namespace) -> int:
 
             pt = Server("passthrough", f"http://127.0.0.1:{p_pt}{OPENAI_PATH}")
             await start_peer(pt, [py, str(HERE / "passthrough.py"), "--port", str(p_pt),
-                                  "--upstream", f"http://127.0.0.1:{p_mock}"],
+                                  "--upstream", f"http://127.0.0.1:{p_mock}", "--loop", a.loop],
                              f"http://127.0.0.1:{p_pt}/", server_cpus, tmp / "passthrough.log",
                              dict(os.environ), 15, text)
             servers.append(pt)
@@ -434,11 +507,24 @@ async def amain(a: argparse.Namespace) -> int:
             config = tmp / "gateway.yaml"
             config.write_text(json.dumps(gateway_config(p_gw, p_mock), indent=1))
             gw_env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
+            # as bench/run.py's start_gateway: the same command, the same loop as the yardstick
             await start_peer(gw, [*gateway_command(a), "serve", "--config", str(config),
-                                  "--host", "127.0.0.1", "--port", str(p_gw)],
+                                  "--host", "127.0.0.1", "--port", str(p_gw), "--loop", a.loop],
                              f"http://127.0.0.1:{p_gw}/healthz", server_cpus,
                              tmp / "gateway.log", gw_env, 30, text)
             servers.append(gw)
+
+            ng = Server("nginx", f"http://127.0.0.1:{p_ng}{OPENAI_PATH}")
+            if a.nginx == "none":
+                ng.error = "skipped (--nginx none)"
+            elif not Path(a.nginx).exists() and not shutil.which(a.nginx):
+                ng.error = f"not installed ({a.nginx} not found)"
+            else:
+                ng.version = nginx_version(a.nginx)
+                (tmp / "nginx.conf").write_text(nginx_config(tmp, p_ng, p_mock))
+                await start_peer(ng, nginx_command(a.nginx, tmp), f"http://127.0.0.1:{p_ng}/",
+                                 server_cpus, tmp / "nginx.log", dict(os.environ), 15, text)
+            servers.append(ng)
 
             master_key = "sk-" + secrets.token_hex(24)
             ll = Server("litellm", f"http://127.0.0.1:{p_ll}{OPENAI_PATH}",
@@ -542,7 +628,8 @@ async def amain(a: argparse.Namespace) -> int:
 
 
 def main() -> None:
-    sys.exit(asyncio.run(amain(parse_args())))
+    a = parse_args()
+    sys.exit(driver.run(amain(a), a.generator))
 
 
 if __name__ == "__main__":
