@@ -40,6 +40,7 @@ __all__ = [
     "ImagePart",
     "Message",
     "OtherPart",
+    "OutputFormat",
     "Part",
     "Reasoning",
     "ReasoningDelta",
@@ -214,6 +215,25 @@ class ReasoningRequest:
     """``False`` when the client turned reasoning off explicitly."""
 
 
+@dataclass(slots=True)
+class OutputFormat:
+    """The form the client asked the answer's text to take (Chat Completions
+    ``response_format``, Responses ``text.format``, Anthropic ``output_config.format``): JSON
+    text, whole or streamed, never a tool call."""
+
+    kind: Literal["json_schema", "json_object"]
+    """``json_schema``: JSON matching :attr:`schema`; ``json_object``: any JSON object (OpenAI's
+    JSON mode)."""
+    schema: JSON = None
+    """The JSON Schema (with ``json_schema``)."""
+    name: str | None = None
+    """The schema's name (OpenAI requires one; Anthropic has none)."""
+    strict: bool | None = None
+    """OpenAI's strict schema adherence; ``None`` when the client did not say."""
+    description: str | None = None
+    """OpenAI's description of the format."""
+
+
 # --- requests ------------------------------------------------------------------------------------
 
 
@@ -268,6 +288,8 @@ class ChatRequest:
     tools: list[ToolDef] = field(default_factory=list)
     tool_choice: ToolChoice | None = None
     reasoning: ReasoningRequest | None = None
+    output: OutputFormat | None = None
+    """The structured output the client asked for; ``None``: plain text."""
     extras: dict[str, JSON] = field(default_factory=dict)
     extras_dialect: str | None = None
     hints: dict[str, JSON] = field(default_factory=dict)

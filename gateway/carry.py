@@ -3,9 +3,10 @@
 Two kinds of field, by what a user loses:
 
 - **Governed** (``tools``, ``tool_choice``, ``tool_calls``, ``tool_results``, ``images``,
-  ``content_parts``, ``reasoning``): the route's ``on_unsupported`` policy decides. ``reject``
-  answers the client (400 for its request, 502 for an upstream answer or event) naming the field
-  and the dialect that cannot carry it; ``drop`` takes the field out and reports it.
+  ``content_parts``, ``reasoning``, ``structured_output``): the route's ``on_unsupported``
+  policy decides. ``reject`` answers the client (400 for its request, 502 for an upstream
+  answer or event) naming the field and the dialect that cannot carry it; ``drop`` takes the
+  field out and reports it.
 - **Reported** (``session_state``, ``citations``, ``followups``, ``thoughts``, ``usage``): RAG
   context and accounting that dialects have always translated as far as the other side can hold
   them; what it cannot hold is reported, whatever the policy.
@@ -51,7 +52,7 @@ __all__ = ["GOVERNED", "REPORTED", "EventGate", "Policy", "Unsupported", "carrie
 
 Policy = Literal["reject", "drop"]
 GOVERNED = ("tools", "tool_choice", "tool_calls", "tool_results", "images", "content_parts",
-            "reasoning")
+            "reasoning", "structured_output")
 REPORTED = ("session_state", "citations", "followups", "thoughts", "usage")
 
 
@@ -100,6 +101,8 @@ def request_losses(req: ChatRequest, target: Dialect) -> list[str]:
             lost.append("reasoning")
     elif not all(takes_back(r, target) for r in replayed):
         lost.append("reasoning")
+    if req.output is not None and req.output.kind not in caps.structured_output:
+        lost.append("structured_output")
     if req.session_state is not None and not req.session_minted \
             and not carries_state(caps.session_state, req.session_state):
         lost.append("session_state")
@@ -145,6 +148,7 @@ def strip_request(req: ChatRequest, fields: list[str], target: Dialect) -> ChatR
     return replace(
         req, messages=messages, tools=tools,
         tool_choice=None if "tool_choice" in drop else req.tool_choice,
+        output=None if "structured_output" in drop else req.output,
         reasoning=None if "reasoning" in drop and not target.capabilities.reasoning
         else req.reasoning)
 

@@ -50,6 +50,7 @@ from gateway.canonical import (
     ChatResponse,
     Citation,
     Message,
+    OutputFormat,
     StreamError,
     StreamEvent,
     StreamFinish,
@@ -336,7 +337,7 @@ def check_carried(seen: Observed, client: str, upstream: str, *, streamed: bool,
 
 def client_request(dialect: str, path: str = "/c", *, stream: bool, state: Any = CLIENT_STATE,
                    text: str = QUESTION, messages: list[Message] | None = None,
-                   ) -> tuple[str, Any, dict[str, str]]:
+                   output: OutputFormat | None = None) -> tuple[str, Any, dict[str, str]]:
     """The path, body and headers with which a client of ``dialect`` asks ``text`` (or
     ``messages``), carrying ``state`` where its dialect carries session state. A stream is asked
     for as the dialect declares: its ``stream_path``, else ``Accept: text/event-stream`` where
@@ -344,7 +345,7 @@ def client_request(dialect: str, path: str = "/c", *, stream: bool, state: Any =
     d = get(dialect)
     by_path = stream and d.stream_path is not None
     by_accept = stream and not by_path and d.stream_by_accept
-    req = ChatRequest(messages or [Message("user", text)], session_state=state)
+    req = ChatRequest(messages or [Message("user", text)], session_state=state, output=output)
     body = d.render_request(req, stream=stream and not by_path and not by_accept,
                             model="client-model", max_tokens=CLIENT_MAX_TOKENS)
     headers = {"Accept": "text/event-stream"} if by_accept else {}

@@ -418,6 +418,9 @@ def request_checks(cl: Dialect, up: Dialect, sent: Observed, got: Observed | Non
     own_only = getattr(uc, "reasoning_replay", "any") == "own" and cl is not up
     if (sent.extra.get("reasoning") or replayed) if not uc.reasoning else (own_only and replayed):
         governed.add("reasoning")
+    carried = getattr(uc, "structured_output", frozenset())
+    if sent.output is not None and sent.output[0] not in carried:
+        governed.add("structured_output")
     if governed and policy == "reject":
         assert rejected is not None, f"{governed} not refused"
         assert set(rejected.fields) == governed, (rejected.fields, governed)
@@ -447,6 +450,8 @@ def request_checks(cl: Dialect, up: Dialect, sent: Observed, got: Observed | Non
     if uc.tools:
         assert got.tools == sent.tools and got.tool_choice == sent.tool_choice, \
             (got.tools, got.tool_choice)
+    want_output = sent.output if sent.output is not None and sent.output[0] in carried else None
+    assert got.output == want_output, f"output {got.output}, expected {want_output}"
     if got.stream is not None:
         assert got.stream is stream, f"stream {got.stream} for {stream}"
     ups, cls = strict(up), strict(cl)

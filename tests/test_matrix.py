@@ -113,6 +113,8 @@ def test_every_capability_is_exercised() -> None:
             sent = strict(d).read_request(body)
             if caps.images and any(m.images for m in sent.messages):
                 seen.add("images")
+            if sent.output is not None and sent.output[0] in caps.structured_output:
+                seen.add("structured_output")
     declared = {f for f in FIELDS for d in DIALECTS.values() if getattr(d.capabilities, f)}
     assert declared - seen == set()
 

@@ -41,6 +41,7 @@ from gateway.canonical import (
     ImagePart,
     Message,
     OtherPart,
+    OutputFormat,
     Part,
     Reasoning,
     ReasoningDelta,
@@ -624,6 +625,37 @@ def _parse_thinking(raw: JSON) -> ReasoningRequest | None:
     raise DialectError('type must be "enabled", "adaptive" or "disabled"', "thinking.type")
 
 
+def _parse_output_config(raw: JSON, extras: dict[str, JSON]) -> OutputFormat | None:
+    """The JSON schema ``output_config.format`` asks for (structured outputs,
+    https://platform.claude.com/docs/en/build-with-claude/structured-outputs);
+    ``extras["output_config"]`` keeps the rest (``effort``)."""
+    if raw is None:
+        return None
+    config = expect_object(raw, "output_config")
+    fmt = config.get("format")
+    if fmt is None:
+        return None
+    fmt = expect_object(fmt, "output_config.format")
+    if fmt.get("type") != "json_schema":
+        raise DialectError("must be json_schema", "output_config.format.type")
+    schema = fmt.get("schema")
+    if not isinstance(schema, dict):
+        raise DialectError(f"must be an object, not {kind_of(schema)}",
+                           "output_config.format.schema")
+    rest = {k: v for k, v in config.items() if k != "format"}
+    if rest:
+        extras["output_config"] = rest
+    else:
+        del extras["output_config"]
+    return OutputFormat("json_schema", schema=schema)
+
+
+def _render_output_format(o: OutputFormat) -> dict[str, JSON]:
+    # (only json_schema reaches here: the capability declares no other kind)
+    return {"type": "json_schema",
+            "schema": o.schema if o.schema is not None else {"type": "object"}}
+
+
 def _number(obj: dict[str, JSON], key: str, sampling: dict[str, JSON], *,
             integer: bool = False) -> None:
     value = obj.get(key)
@@ -643,8 +675,11 @@ def _number(obj: dict[str, JSON], key: str, sampling: dict[str, JSON], *,
 class AnthropicDialect(SamplesFromPackage):
     name = NAME
     summary = "Anthropic Messages API (/v1/messages), SSE with named events"
+    # Structured outputs (output_config.format) take a JSON schema only: OpenAI's JSON mode
+    # (any object) has no native form here, and the route's policy answers it.
     capabilities = Capabilities(usage_whole=True, usage_stream=True, tools=True, images=True,
-                                reasoning=True, reasoning_replay="own")
+                                reasoning=True, reasoning_replay="own",
+                                structured_output=frozenset({"json_schema"}))
     framing: Framing = "sse"
     named_events = True
     stream_content_type = "text/event-stream"
@@ -707,6 +742,7 @@ class AnthropicDialect(SamplesFromPackage):
             extras["_thinking"] = thinking
         if obj.get("tool_choice") is not None:
             extras["_tool_choice"] = obj["tool_choice"]
+        output = _parse_output_config(obj.get("output_config"), extras)
         return ChatRequest(
             messages=_parse_system(obj.get("system")) + _parse_messages(obj),
             stream=bool(stream),
@@ -715,6 +751,7 @@ class AnthropicDialect(SamplesFromPackage):
             tools=_parse_tools(obj.get("tools")),
             tool_choice=_parse_tool_choice(obj.get("tool_choice")),
             reasoning=_parse_thinking(thinking),
+            output=output,
             # "stream" stays in extras so that a same-dialect render keeps an explicit false
             extras=extras,
             extras_dialect=NAME,
@@ -759,6 +796,10 @@ class AnthropicDialect(SamplesFromPackage):
         if req.tool_choice is not None and (tools or same):
             raw = req.extras.get("_tool_choice") if same else None
             out["tool_choice"] = raw if raw is not None else _render_tool_choice(req.tool_choice)
+        if req.output is not None:
+            config = out.get("output_config")
+            out["output_config"] = {**(config if isinstance(config, dict) else {}),
+                                    "format": _render_output_format(req.output)}
         if stream:
             out["stream"] = True
         elif "stream" in out or req.stream:

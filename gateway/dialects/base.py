@@ -116,6 +116,9 @@ class Capabilities:
     only ever goes back to the dialect that issued it); ``own``, only reasoning this dialect
     issued itself (Anthropic verifies its signatures, so another dialect's reasoning cannot be
     sent to it). What cannot go back is lost under the field ``reasoning``."""
+    structured_output: frozenset[str] = frozenset()
+    """The kinds of :class:`~gateway.canonical.OutputFormat` a request may ask for
+    (``json_schema``, ``json_object``), answered as JSON text; empty: none."""
     # (not hashed: a mapping cannot be, and the declarations stay hashable as they were)
     answer_context: Mapping[str, JSON] | None = field(default=None, hash=False)
     """The context every whole answer to this dialect's clients carries, when the upstream sent

@@ -60,7 +60,12 @@ from gateway.dialects.base import (
     kind_of,
     split_known,
 )
-from gateway.dialects.shared import messages_of, role_and_content
+from gateway.dialects.shared import (
+    messages_of,
+    openai_output_format,
+    parse_openai_output_format,
+    role_and_content,
+)
 from gateway.errors import DialectError
 from gateway.framing import Framing, Payload, RawData, TextPath
 
@@ -71,6 +76,8 @@ _SAMPLING = ("temperature", "top_p", "seed", "presence_penalty", "frequency_pena
 _REQUEST_KEYS = frozenset({
     "model", "messages", "stream", "tools", "tool_choice", "parallel_tool_calls", "stop",
     "max_tokens", "max_completion_tokens", "reasoning_effort", *_SAMPLING})
+_FORMAT_AT = "json_schema"
+"""Where ``response_format`` holds a JSON schema's name, schema and strictness."""
 _MESSAGE_KEYS = frozenset({"role", "content", "name", "tool_calls", "tool_call_id",
                            "reasoning_content"})
 _RESPONSE_KEYS = frozenset({"id", "created", "model", "choices", "usage"})
@@ -107,7 +114,8 @@ class OpenAIDialect(SamplesFromPackage):
     name = NAME
     summary = "raw OpenAI Chat Completions, SSE ending in [DONE]"
     capabilities = Capabilities(usage_whole=True, usage_stream=True, tools=True, images=True,
-                                reasoning=True)
+                                reasoning=True,
+                                structured_output=frozenset({"json_schema", "json_object"}))
     framing: Framing = "sse"
     named_events = False
     stream_content_type = "text/event-stream"
@@ -166,6 +174,13 @@ class OpenAIDialect(SamplesFromPackage):
         effort = obj.get("reasoning_effort")
         if effort is not None and not isinstance(effort, str):
             raise DialectError("must be a string", "reasoning_effort")
+        # "stream" stays in extras so that a same-dialect render keeps an explicit false
+        extras = split_known(obj, _REQUEST_KEYS - {"stream"})
+        raw_format = obj.get("response_format")
+        output = None if raw_format is None else parse_openai_output_format(
+            raw_format, "response_format", schema_at=_FORMAT_AT)
+        if output is not None:
+            del extras["response_format"]  # a {"type": "text"} stays, as plain text
         return ChatRequest(
             messages=_parse_messages(obj),
             stream=bool(stream),
@@ -174,8 +189,8 @@ class OpenAIDialect(SamplesFromPackage):
             tools=_parse_tools(obj.get("tools")),
             tool_choice=_parse_tool_choice(obj.get("tool_choice"), obj.get("parallel_tool_calls")),
             reasoning=ReasoningRequest(effort=effort) if effort else None,
-            # "stream" stays in extras so that a same-dialect render keeps an explicit false
-            extras=split_known(obj, _REQUEST_KEYS - {"stream"}),
+            output=output,
+            extras=extras,
             extras_dialect=NAME,
             hints=hints,
         )
@@ -211,6 +226,8 @@ class OpenAIDialect(SamplesFromPackage):
                 out["tool_choice"] = choice.mode
             if choice.parallel is not None and req.tools:
                 out["parallel_tool_calls"] = choice.parallel
+        if req.output is not None:
+            out["response_format"] = openai_output_format(req.output, schema_at=_FORMAT_AT)
         if stream:
             out["stream"] = True
             if not same or not req.stream:

@@ -45,6 +45,7 @@ from gateway.canonical import (
     ImagePart,
     Message,
     OtherPart,
+    OutputFormat,
     Part,
     Reasoning,
     ReasoningDelta,
@@ -78,6 +79,7 @@ from gateway.dialects.base import (
     kind_of,
     split_known,
 )
+from gateway.dialects.shared import openai_output_format, parse_openai_output_format
 from gateway.errors import DialectError
 from gateway.framing import Framing, Named, Payload, RawData, Slot, TextPath, TextRun, named
 
@@ -161,7 +163,8 @@ class OpenAIResponsesDialect(SamplesFromPackage):
     name = NAME
     summary = "the OpenAI Responses API: input/output items, typed SSE events"
     capabilities = Capabilities(citations=True, usage_whole=True, usage_stream=True, tools=True,
-                                images=True, reasoning=True, reasoning_replay="own")
+                                images=True, reasoning=True, reasoning_replay="own",
+                                structured_output=frozenset({"json_schema", "json_object"}))
     # (the API finds a replayed reasoning item by its id: another provider's has none)
     framing: Framing = "sse"
     named_events = True
@@ -238,6 +241,8 @@ class OpenAIResponsesDialect(SamplesFromPackage):
         reasoning, reasoning_rest = _parse_reasoning(obj.get("reasoning"))
         if reasoning_rest:
             hints["reasoning"] = reasoning_rest
+        extras = split_known(obj, _REQUEST_KEYS)
+        output = _parse_text_format(obj.get("text"), extras)
         return ChatRequest(
             messages=messages,
             stream=bool(stream),
@@ -246,8 +251,9 @@ class OpenAIResponsesDialect(SamplesFromPackage):
             tools=_parse_tools(obj.get("tools")),
             tool_choice=choice,
             reasoning=reasoning,
+            output=output,
             # "stream" and "store" stay in extras: a Responses upstream gets them as they came
-            extras=split_known(obj, _REQUEST_KEYS),
+            extras=extras,
             extras_dialect=NAME,
             hints=hints,
         )
@@ -285,6 +291,8 @@ class OpenAIResponsesDialect(SamplesFromPackage):
                     choice, req.hints.get("tool_choice") if same else None)
             if choice.parallel is not None and (same or req.tools):
                 out["parallel_tool_calls"] = choice.parallel
+        if req.output is not None:
+            out["text"] = _text_config(req.output, out.get("text"))
         if not same:
             # The client's API stores nothing unless asked (Chat Completions' store defaults to
             # false); OpenAI's Responses API would keep every answer by default.
@@ -994,6 +1002,29 @@ def _usage_json(u: Usage) -> dict[str, JSON]:
     }
 
 
+def _parse_text_format(text: JSON, extras: dict[str, JSON]) -> OutputFormat | None:
+    """The output format ``text.format`` asks for; ``extras["text"]`` keeps the rest of
+    ``text`` (``verbosity``), or ``{"format": {"type": "text"}}`` as it came."""
+    if text is None:
+        return None
+    obj = expect_object(text, "text")
+    fmt = obj.get("format")
+    output = None if fmt is None else parse_openai_output_format(fmt, "text.format")
+    if output is not None:
+        rest = {k: v for k, v in obj.items() if k != "format"}
+        if rest:
+            extras["text"] = rest
+        else:
+            del extras["text"]
+    return output
+
+
+def _text_config(output: OutputFormat, kept: JSON) -> dict[str, JSON]:
+    text = dict(kept) if isinstance(kept, dict) else {}
+    text["format"] = openai_output_format(output)
+    return text
+
+
 def _echo(req: ChatRequest) -> dict[str, Any]:
     """The request parameters a response repeats (``tools``, ``tool_choice`` and
     ``parallel_tool_calls`` are required by the SDKs' types), for an answer this gateway
@@ -1016,7 +1047,8 @@ def _echo(req: ChatRequest) -> dict[str, Any]:
                       "summary": reasoning.summary if reasoning else None},
         "store": False,  # nothing is kept (see the module's docstring)
         "temperature": req.sampling.get("temperature"),
-        "text": extras.get("text") or {"format": {"type": "text"}},
+        "text": _text_config(req.output, extras.get("text")) if req.output is not None
+        else extras.get("text") or {"format": {"type": "text"}},
         "tool_choice": _render_tool_choice(choice, req.hints.get("tool_choice") if same
                                            else None) if choice is not None else "auto",
         "tools": [_render_tool(t, same) for t in req.tools],

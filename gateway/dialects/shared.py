@@ -16,6 +16,7 @@ from gateway.canonical import (
     ImagePart,
     Message,
     OtherPart,
+    OutputFormat,
     Part,
     TextPart,
     Usage,
@@ -31,7 +32,9 @@ __all__ = [
     "expect_object",
     "kind_of",
     "messages_of",
+    "openai_output_format",
     "parse_messages",
+    "parse_openai_output_format",
     "render_text_messages",
     "request_context",
     "role_and_content",
@@ -243,3 +246,49 @@ def usage_from_openai_shape(v: JSON) -> Usage | None:
 def usage_to_openai_shape(u: Usage) -> dict[str, JSON]:
     return {"prompt_tokens": u.input_tokens or 0, "completion_tokens": u.output_tokens or 0,
             "total_tokens": u.total_tokens or 0}
+
+
+# --- structured output (OpenAI's shape, flat as in Responses ``text.format``) --------------------
+
+def parse_openai_output_format(fmt: JSON, where: str, *, schema_at: str | None = None,
+                               ) -> OutputFormat | None:
+    """The output format of an OpenAI ``response_format`` (``schema_at="json_schema"``: the
+    schema's fields nest under that key) or Responses ``text.format`` (flat); ``None`` for
+    ``{"type": "text"}`` or another type no canonical kind names (kept by the caller)."""
+    obj = expect_object(fmt, where)
+    kind = obj.get("type")
+    if kind == "json_object":
+        return OutputFormat("json_object")
+    if kind != "json_schema":
+        return None
+    spec = obj if schema_at is None else expect_object(obj.get(schema_at), f"{where}.{schema_at}")
+    at = where if schema_at is None else f"{where}.{schema_at}"
+    name, description = spec.get("name"), spec.get("description")
+    schema, strict = spec.get("schema"), spec.get("strict")
+    if not isinstance(name, str):
+        raise DialectError("must be a string", f"{at}.name")
+    if description is not None and not isinstance(description, str):
+        raise DialectError("must be a string", f"{at}.description")
+    if schema is not None and not isinstance(schema, dict):
+        raise DialectError(f"must be an object, not {kind_of(schema)}", f"{at}.schema")
+    if strict is not None and not isinstance(strict, bool):
+        raise DialectError("must be a boolean", f"{at}.strict")
+    return OutputFormat("json_schema", schema=schema, name=name, strict=strict,
+                        description=description)
+
+
+def openai_output_format(o: OutputFormat, *, schema_at: str | None = None) -> dict[str, JSON]:
+    """``o`` as :func:`parse_openai_output_format` reads it. A format without a name (an
+    Anthropic client's) is named ``response``, as OpenAI requires a name; Responses requires a
+    schema too (Chat Completions does not)."""
+    if o.kind == "json_object":
+        return {"type": "json_object"}
+    spec: dict[str, JSON] = {"name": o.name or "response"}
+    if o.description is not None:
+        spec["description"] = o.description
+    if o.schema is not None or schema_at is None:
+        spec["schema"] = o.schema if o.schema is not None else {"type": "object"}
+    if o.strict is not None:
+        spec["strict"] = o.strict
+    return {"type": "json_schema", **spec} if schema_at is None \
+        else {"type": "json_schema", schema_at: spec}

@@ -65,8 +65,9 @@ def test_registered_with_its_declarations() -> None:
     assert caps.tools and caps.images and caps.reasoning
     assert caps.usage_whole and caps.usage_stream
     assert caps.session_state == "none" and not caps.citations and not caps.multi_agent
-    assert set(SAMPLES.requests) == set(SAMPLES.responses) == set(SAMPLES.streams) == {
-        "text", "tools", "reasoning"}
+    assert caps.structured_output == {"json_schema"}  # JSON mode has no native form
+    assert set(SAMPLES.responses) == set(SAMPLES.streams) == {"text", "tools", "reasoning"}
+    assert set(SAMPLES.requests) == {"text", "tools", "reasoning", "structured"}
 
 
 # --- samples: exact round trips ------------------------------------------------------------------
@@ -954,3 +955,27 @@ def test_system_blocks_are_one_prompt_joined_by_a_blank_line_for_every_upstream(
     req.messages[0].content = [TextPart("Other.")]
     assert get("anthropic").render_request(req, stream=False, model=None)["system"] == [
         {"type": "text", "text": "Other."}]
+
+
+# --- structured output ---------------------------------------------------------------------------
+
+
+def test_output_config_format_is_the_canonical_output_and_the_rest_stays() -> None:
+    body = {**SAMPLES.requests["structured"]}
+    body["output_config"] = {**body["output_config"], "effort": "low"}
+    req = A.parse_request(body)
+    assert req.output is not None and req.output.kind == "json_schema"
+    assert req.output.schema == body["output_config"]["format"]["schema"]
+    assert "output_config" in req.extras and "format" not in req.extras["output_config"]
+    assert A.render_request(req, stream=False, model=None) == body  # nothing said twice
+    elsewhere = OPENAI.render_request(req, stream=False, model=None)
+    assert "output_config" not in elsewhere and "effort" not in orjson.dumps(elsewhere).decode()
+    assert elsewhere["response_format"]["json_schema"]["schema"] == req.output.schema
+
+
+@pytest.mark.parametrize("fmt", [{"type": "json_object"}, {"type": "json_schema"},
+                                 {"type": "json_schema", "schema": []}])
+def test_a_format_the_api_does_not_take_is_a_400_naming_it(fmt: Any) -> None:
+    body = {**SAMPLES.requests["text"], "output_config": {"format": fmt}}
+    with pytest.raises(Exception, match=r"output_config\.format"):
+        A.parse_request(body)

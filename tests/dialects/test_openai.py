@@ -109,3 +109,36 @@ def test_strict_reader_refuses_what_the_sdks_trip_on() -> None:
     renamed = data.replace(b'"id":"chatcmpl-A1"', b'"id":"chatcmpl-B2"', 1)
     with pytest.raises(AssertionError):
         reader.read_stream(renamed)
+
+
+# --- structured output ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", [
+    {"type": "json_object"},
+    {"type": "json_schema", "json_schema": {"name": "n", "description": "d",
+                                            "schema": {"type": "object"}, "strict": False}},
+    {"type": "json_schema", "json_schema": {"name": "n"}},
+])
+def test_response_format_is_the_canonical_output_and_renders_back_once(fmt: dict) -> None:
+    body = {**ME.samples.requests["text"], "response_format": fmt}
+    req = ME.parse_request(body)
+    assert req.output is not None and req.output.kind == fmt["type"]
+    assert "response_format" not in req.extras
+    assert ME.render_request(req, stream=False, model=None) == body
+
+
+def test_a_text_response_format_is_plain_text_kept_for_its_own_dialect() -> None:
+    body = {**ME.samples.requests["text"], "response_format": {"type": "text"}}
+    req = ME.parse_request(body)
+    assert req.output is None
+    assert ME.render_request(req, stream=False, model=None) == body
+
+
+@pytest.mark.parametrize("fmt", [{"type": "json_schema"},
+                                 {"type": "json_schema", "json_schema": {"schema": {}}},
+                                 {"type": "json_schema", "json_schema": {"name": "n",
+                                                                         "strict": "yes"}}])
+def test_a_malformed_json_schema_is_a_400_naming_it(fmt: dict) -> None:
+    with pytest.raises(Exception, match="response_format"):
+        ME.parse_request({**ME.samples.requests["text"], "response_format": fmt})

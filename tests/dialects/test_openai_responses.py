@@ -15,6 +15,7 @@ from strict import openai_responses as strict
 from strict import reader_for
 
 from gateway.canonical import (
+    AssistantMessage,
     ChatError,
     ChatRequest,
     ChatResponse,
@@ -819,3 +820,28 @@ def test_strict_reader_rejects_numbering_and_names() -> None:
                   for e in events]
     with pytest.raises(AssertionError, match="does not belong"):
         strict.read_stream(_frames(wrong_kind))
+
+
+# --- structured output ---------------------------------------------------------------------------
+
+
+def test_text_format_is_the_canonical_output_and_verbosity_stays() -> None:
+    body = {**SAMPLES.requests["structured"]}
+    body["text"] = {**body["text"], "verbosity": "low"}
+    req = D.parse_request(body)
+    assert req.output is not None and req.output.name == "calendar_event" and req.output.strict
+    assert req.extras["text"] == {"verbosity": "low"}
+    assert D.render_request(req, stream=False, model=None) == body
+    chat = CHAT.render_request(req, stream=False, model=None)
+    assert chat["response_format"]["json_schema"]["name"] == "calendar_event"
+    assert "text" not in chat and "verbosity" not in orjson.dumps(chat).decode()
+
+
+def test_json_mode_and_the_answer_echoes_the_format() -> None:
+    body = {"model": "m", "input": "JSON please", "text": {"format": {"type": "json_object"}}}
+    req = D.parse_request(body)
+    assert req.output is not None and req.output.kind == "json_object" and "text" not in req.extras
+    assert D.render_request(req, stream=False, model=None)["text"] == body["text"]
+    answer = D.render_response(ChatResponse([AssistantMessage("{}")]), req)
+    assert answer["text"] == {"format": {"type": "json_object"}}
+    TypeAdapter(Response).validate_python(answer)

@@ -334,6 +334,14 @@ def read_request(body: Any) -> Observed:
             kind, f"tool:{choice.get('name')}")
     obs.extra = {k: body[k] for k in ("max_tokens", "thinking", "temperature", "top_p",
                                       "top_k", "stop_sequences", "metadata") if k in body}
+    config = body.get("output_config")
+    if config is not None:  # anthropic-sdk OutputConfigParam / JSONOutputFormatParam
+        assert isinstance(config, dict) and set(config) <= {"effort", "format"}, config
+        fmt = config.get("format")
+        if fmt is not None:
+            assert isinstance(fmt, dict) and set(fmt) == {"type", "schema"} \
+                and fmt["type"] == "json_schema" and isinstance(fmt["schema"], dict), fmt
+            obs.output = ("json_schema", fmt["schema"])
     return obs
 
 

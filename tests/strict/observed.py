@@ -93,6 +93,9 @@ class Observed:
     """``read_request`` only: the tool names offered."""
     tool_choice: str | None = None
     """``read_request`` only: auto / none / required / tool:<name>."""
+    output: tuple[str, Any] | None = None
+    """``read_request`` only: the structured output asked for, ``(kind, schema)`` with kind
+    ``json_schema`` or ``json_object`` (schema ``None``); ``None`` for plain text."""
     model: str | None = None
     stream: bool | None = None
     extra: dict[str, Any] = field(default_factory=dict)

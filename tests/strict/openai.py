@@ -117,6 +117,18 @@ def read_request(body: Any) -> Observed:
         assert body["reasoning_effort"] in ("minimal", "low", "medium", "high"), \
             body["reasoning_effort"]
         obs.extra["reasoning"] = body["reasoning_effort"]
+    fmt = body.get("response_format")
+    if fmt is not None:  # openai-python ResponseFormatJSONSchema / ResponseFormatJSONObject
+        assert isinstance(fmt, dict) and fmt.get("type") in ("text", "json_object",
+                                                              "json_schema"), fmt
+        if fmt["type"] == "json_schema":
+            spec = fmt.get("json_schema")
+            assert isinstance(spec, dict) and isinstance(spec.get("name"), str), fmt
+            assert set(spec) <= {"name", "description", "schema", "strict"}, spec
+            obs.output = ("json_schema", spec.get("schema"))
+        elif fmt["type"] == "json_object":
+            assert set(fmt) == {"type"}, fmt
+            obs.output = ("json_object", None)
     return obs
 
 

@@ -77,6 +77,21 @@ def read_request(body: Any) -> Observed:
                 "parallel_tool_calls"):
         if key in body:
             seen.extra[key] = body[key]
+    text = body.get("text")
+    if text is not None:  # openai-python ResponseTextConfigParam
+        assert isinstance(text, dict) and set(text) <= {"format", "verbosity"}, text
+        fmt = text.get("format")
+        if fmt is not None:
+            assert isinstance(fmt, dict) and fmt.get("type") in ("text", "json_object",
+                                                                  "json_schema"), fmt
+            if fmt["type"] == "json_schema":  # ResponseFormatTextJSONSchemaConfigParam
+                assert isinstance(fmt.get("name"), str) and isinstance(fmt.get("schema"),
+                                                                       dict), fmt
+                assert set(fmt) <= {"type", "name", "description", "schema", "strict"}, fmt
+                seen.output = ("json_schema", fmt["schema"])
+            elif fmt["type"] == "json_object":
+                assert set(fmt) == {"type"}, fmt
+                seen.output = ("json_object", None)
     return seen
 
 
