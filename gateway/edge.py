@@ -41,6 +41,7 @@ from typing import Any, cast
 from aiohttp import web
 from aiohttp.http import HttpProcessingError
 
+from gateway.config import ServerConfig
 from gateway.log import get_logger
 
 __all__ = ["BadRequestLog", "BodyTimeout", "Edge", "EdgeConnection", "EdgeListener",
@@ -111,8 +112,8 @@ class Edge:
             self.on_drop(reason)
 
 
-def edge_for(server: Any, on_drop: Callable[[str], None] | None = None) -> Edge:
-    """The limits ``server`` (a :class:`~gateway.config.ServerConfig`) sets; when
+def edge_for(server: ServerConfig, on_drop: Callable[[str], None] | None = None) -> Edge:
+    """The limits ``server`` sets; when
     ``max_connections`` is unset, the process's soft open-file limit is raised to its hard
     limit first and the default sized from it."""
     limit = server.max_connections
