@@ -15,6 +15,7 @@ from aiohttp import web
 from gateway import handlers, status
 from gateway.admin import add_admin_routes
 from gateway.balancer import Balancer, UpstreamState
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.config import GatewayConfig, load_config
 from gateway.cors import cors_headers
 from gateway.edge import BodyTimeout, edge_middleware
@@ -23,6 +24,7 @@ from gateway.exchange import Env
 from gateway.exchange.sink import AiohttpSink, SinkFactory
 from gateway.keys import (
     BALANCER,
+    CLOCK,
     ENV,
     LOG,
     METRICS,
@@ -52,13 +54,16 @@ def create_app(config: GatewayConfig, *, config_path: str | Path | None = None,
                metrics: Metrics | None = None,
                transport: Transport | None = None,
                tracing: Tracing | None = None,
-               sink: SinkFactory = AiohttpSink) -> web.Application:
+               sink: SinkFactory = AiohttpSink,
+               clock: Clock = SYSTEM_CLOCK) -> web.Application:
     """``transport``: how upstreams are reached (default: the client ``server.upstream_client``
     names, opened and closed with the app); a test passes a
     :class:`~gateway.upstream.MemoryTransport`. ``tracing``: where spans go (default: as the
     config's ``tracing`` section and the ``OTEL_*`` variables say, or nowhere); a test passes one
     with the SDK's in-memory exporter. ``sink``: how answers are written (a test passes one that
-    watches them, :mod:`gateway.exchange.sink`)."""
+    watches them, :mod:`gateway.exchange.sink`). ``clock``: the time upstream health and the
+    status page's traffic window go by (default: the system's, :mod:`gateway.clock`); a test
+    passes a fake one to end an ejection or start a bucket when it says so."""
     # A bound logger, not structlog's lazy proxy: the proxy rebuilds itself on every call (about
     # 3 µs even for a filtered-out event), and every request logs. Logging is configured before
     # an app is created (serve, and the tests that capture logs).
@@ -72,13 +77,14 @@ def create_app(config: GatewayConfig, *, config_path: str | Path | None = None,
         m.upstream_healthy.labels(name).set(1 if healthy else 0)
         log.warning("upstream_health", upstream=name, healthy=healthy)
 
-    holder = RuntimeHolder(Runtime(config, states, on_health))
+    holder = RuntimeHolder(Runtime(config, states, on_health, clock.monotonic))
     for name in config.upstreams:
         m.upstream_healthy.labels(name).set(1)
     app[RUNTIME] = holder
     app[METRICS] = m
-    app[BALANCER] = Balancer()
-    app[RECENT] = RecentTraffic()
+    app[CLOCK] = clock
+    app[BALANCER] = Balancer(clock.monotonic)
+    app[RECENT] = RecentTraffic(clock.wall)
     app[WORKER] = WorkerFacts.start(config_path)
     app[LOG] = log
     app[TRACING] = tracing if tracing is not None else _configured_tracing(config)
@@ -93,7 +99,7 @@ def create_app(config: GatewayConfig, *, config_path: str | Path | None = None,
             log.error("config_reload_refused", problems=[f"{w}: {p}" for w, p in e.problems])
             return e.problems
         gone = set(holder.current.config.upstreams) - set(new.upstreams)
-        holder.current = Runtime(new, states, on_health)
+        holder.current = Runtime(new, states, on_health, clock.monotonic)
         for name in gone:  # no stale series for an upstream that is no more
             with contextlib.suppress(KeyError):
                 m.upstream_healthy.remove(name)
@@ -170,6 +176,7 @@ async def _check_loop(app: web.Application) -> None:
     next_at: dict[str, float] = {}
     while True:
         runtime = app[RUNTIME].current
+        # The real clock, not the app's: this paces checks between real asyncio.sleep()s.
         now = time.monotonic()
         due = [(n, s) for n, s in runtime.states.items()
                if s.config.health_url and next_at.get(n, 0.0) <= now]
@@ -196,7 +203,7 @@ async def _check(transport: Transport, state: UpstreamState, runtime: Runtime) -
     else:
         # An active check that fails takes the upstream out at once.
         state.failures = max(state.failures, runtime.config.health.failure_threshold - 1)
-        state.failed(runtime.config.health, time.monotonic())
+        state.failed(runtime.config.health)  # at the state's own clock, the app's health clock
 
 
 @web.middleware

@@ -28,12 +28,16 @@ class NoCapacity(Exception):
 
 
 class UpstreamState:
-    __slots__ = ("_slots", "_slots_size", "config", "ejected_until", "failures", "name",
-                 "on_change", "trial")
+    __slots__ = ("_monotonic", "_slots", "_slots_size", "config", "ejected_until", "failures",
+                 "name", "on_change", "trial")
 
     def __init__(self, name: str, config: UpstreamConfig,
-                 on_change: Callable[[str, bool], None]) -> None:
+                 on_change: Callable[[str, bool], None],
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        """``monotonic``: the clock of this upstream's health (the app's ``clock.monotonic``);
+        a test passes a fake one to decide when an ejection is over."""
         self.name = name
+        self._monotonic = monotonic
         self.config = config
         self.failures = 0
         self.ejected_until = 0.0
@@ -60,10 +64,10 @@ class UpstreamState:
         return now >= self.ejected_until and not self.trial
 
     def begin(self, now: float | None = None) -> None:
-        """A request goes to this upstream (``now``: ``time.monotonic()``, by default read here,
+        """A request goes to this upstream (``now``: by default read here from ``monotonic``,
         the one clock of an upstream's health)."""
         if now is None:
-            now = time.monotonic()
+            now = self._monotonic()
         if not self.healthy and now >= self.ejected_until:
             self.trial = True
 
@@ -76,7 +80,7 @@ class UpstreamState:
 
     def failed(self, health: HealthConfig, now: float | None = None) -> None:
         if now is None:
-            now = time.monotonic()
+            now = self._monotonic()
         self.failures += 1
         was_trial, self.trial = self.trial, False
         if was_trial or (self.healthy and self.failures >= health.failure_threshold):
@@ -110,7 +114,10 @@ class UpstreamState:
 class Balancer:
     """Orders a route's upstreams for one request according to its ``strategy``."""
 
-    def __init__(self) -> None:
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
+        """``monotonic``: the same health clock as the upstreams' states (whether an ejected one
+        is due its trial)."""
+        self._monotonic = monotonic
         self._counters: dict[str, itertools.count[int]] = {}
 
     def order(self, route: RouteConfig, states: dict[str, UpstreamState]) -> list[str]:
@@ -124,7 +131,7 @@ class Balancer:
             names = names[k:] + names[:k]
         elif route.strategy == "weighted":
             names = _weighted_order(names, [e.weight for e in entries])
-        now = time.monotonic()
+        now = self._monotonic()
         up = [n for n in names if states[n].available(now)]
         down = [n for n in names if n not in up]
         return up + down

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from gateway.balancer import Balancer
+from gateway.clock import Clock
 from gateway.exchange import Env
 from gateway.metrics import Metrics
 from gateway.runtime import Runtime
@@ -18,7 +19,7 @@ from gateway.worker_status import WorkerFacts
 if TYPE_CHECKING:
     from gateway.tracing import Tracing
 
-__all__ = ["BALANCER", "ENV", "LOG", "METRICS", "RECENT", "RELOADER", "RUNTIME", "TRACING",
+__all__ = ["BALANCER", "CLOCK", "ENV", "LOG", "METRICS", "RECENT", "RELOADER", "RUNTIME", "TRACING",
            "TRANSPORT", "WORKER", "RuntimeHolder"]
 
 
@@ -40,6 +41,9 @@ WORKER = web.AppKey("worker", WorkerFacts)
 METRICS = web.AppKey("metrics", Metrics)
 BALANCER = web.AppKey("balancer", Balancer)
 LOG: web.AppKey[Any] = web.AppKey("log")
+CLOCK = web.AppKey("clock", Clock)
+"""The app's clock (``create_app(clock=...)``), for what reads it outside the states it was
+handed to: the status page's "now"."""
 Reloader = Callable[[], Awaitable[list[tuple[str, str]]]]
 RELOADER: web.AppKey[Reloader] = web.AppKey("reloader")
 TRACING: web.AppKey[Tracing | None] = web.AppKey("tracing")

@@ -7,6 +7,7 @@ carried over.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +32,10 @@ class RouteEntry:
 
 class Runtime:
     def __init__(self, config: GatewayConfig, states: dict[str, UpstreamState],
-                 on_health_change: Callable[[str, bool], None]) -> None:
+                 on_health_change: Callable[[str, bool], None],
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        """``monotonic``: the health clock of the upstream states this runtime creates (those
+        carried over from a previous runtime keep theirs: the app has one clock)."""
         self.config = config
         self.routes: dict[str, RouteEntry] = {}
         for route in config.routes:
@@ -50,7 +54,7 @@ class Runtime:
             if name in states:
                 states[name].reconfigure(up)
             else:
-                states[name] = UpstreamState(name, up, on_health_change)
+                states[name] = UpstreamState(name, up, on_health_change, monotonic)
         for name in list(states):
             if name not in config.upstreams:
                 del states[name]

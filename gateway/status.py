@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import time
 from collections.abc import AsyncIterator
 from importlib import resources
 from typing import Any
@@ -22,7 +21,7 @@ from aiohttp import web
 
 from gateway import status_page
 from gateway.history.keys import HISTORY
-from gateway.keys import LOG, METRICS, RECENT, RUNTIME, WORKER
+from gateway.keys import CLOCK, LOG, METRICS, RECENT, RUNTIME, WORKER
 from gateway.log import redact_url
 from gateway.traffic import HISTORY_SECONDS, STEP_SECONDS, SUMMARY_SECONDS, WindowData
 from gateway.worker_status import (
@@ -44,7 +43,7 @@ _TYPES = {".js": "text/javascript", ".css": "text/css", ".txt": "text/plain"}
 
 async def status_data(app: web.Application) -> dict[str, Any]:
     """What ``/api/status`` answers and the page shows. Keys are extended, never renamed."""
-    now = time.time()
+    now = app[CLOCK].wall()  # the traffic window's clock: the buckets are read as they were filled
     facts = app[WORKER]
     directory = shared_dir()
     others = await asyncio.to_thread(read_others, directory, facts.pid, now) if directory else []
@@ -155,7 +154,7 @@ async def publish(app: web.Application) -> AsyncIterator[None]:
 
     def shared(inflight: dict[str, int]) -> bytes:
         info: WorkerInfo = {
-            "pid": facts.pid, "started": facts.started, "updated": time.time(),
+            "pid": facts.pid, "started": facts.started, "updated": app[CLOCK].wall(),
             "config_path": facts.config_path, "last_reload": facts.last_reload,
             "inflight": inflight,
             "upstreams_healthy": {n: s.healthy for n, s in app[RUNTIME].current.states.items()}}

@@ -10,7 +10,7 @@ import random
 import time
 from array import array
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -73,14 +73,17 @@ def bucket_of(now: float) -> int:
 class RecentTraffic:
     """This worker's requests of the last :data:`HISTORY_SECONDS`, per route and bucket."""
 
-    __slots__ = ("_buckets", "_cache")
+    __slots__ = ("_buckets", "_cache", "_wall")
 
-    def __init__(self) -> None:
+    def __init__(self, wall: Callable[[], float] = time.time) -> None:
+        """``wall``: Unix seconds, the clock of the buckets (the app's ``clock.wall``); a test
+        passes a fake one to put requests in the buckets it means."""
+        self._wall = wall
         self._buckets: deque[tuple[int, dict[str, _Slot]]] = deque()
         self._cache: PercentileCache = {}
 
     def _slot(self, route: str) -> _Slot:
-        start = bucket_of(time.time())
+        start = bucket_of(self._wall())
         if not self._buckets or self._buckets[-1][0] != start:
             self._buckets.append((start, {}))
             while self._buckets[0][0] <= start - HISTORY_SECONDS:
@@ -114,13 +117,15 @@ class RecentTraffic:
 
     def merged(self, others: Iterable[WindowData] = (), now: float | None = None,
                ) -> dict[str, RouteTraffic]:
-        """This window merged with other workers' (see :func:`gateway.traffic.merge`)."""
+        """This window merged with other workers' (see :func:`gateway.traffic.merge`), as of
+        ``now`` (by default this window's clock)."""
         from gateway.traffic import merge  # (the status page's, not the per-request path)
 
-        return merge([self.export(), *others], now, self._cache)
+        return merge([self.export(), *others], self._wall() if now is None else now,
+                     self._cache)
 
     def export(self) -> WindowData:
-        oldest = bucket_of(time.time()) - HISTORY_SECONDS
+        oldest = bucket_of(self._wall()) - HISTORY_SECONDS
         return {"pid": os.getpid(), "step": STEP_SECONDS, "buckets": [
             {"t": start, "routes": {r: s.export() for r, s in routes.items()}}
             for start, routes in self._buckets if start > oldest]}

@@ -40,10 +40,9 @@ from fakes import (
 from prometheus_client.parser import text_string_to_metric_families
 from strict.observed import Observed
 
-import gateway.balancer as balancer_module
-import gateway.exchange.attempts as attempts_module
 from gateway import handlers
 from gateway.app import create_app
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.config import load_config, parse_config
 from gateway.dialects import get, names
 
@@ -54,9 +53,10 @@ A, B, C, D = (dialect_at(i) for i in range(4))
 
 
 async def gateway(aiohttp_client: Any, cfg: dict[str, Any], *,
-                  config_path: Path | None = None) -> TestClient[Any, Any]:
+                  config_path: Path | None = None,
+                  clock: Clock = SYSTEM_CLOCK) -> TestClient[Any, Any]:
     config = load_config(config_path) if config_path else parse_config(cfg, env={})
-    app = create_app(config, config_path=config_path)
+    app = create_app(config, config_path=config_path, clock=clock)
     client: TestClient[Any, Any] = await aiohttp_client(
         app, server_kwargs={"handler_cancellation": True})
     return client
@@ -366,10 +366,12 @@ async def test_total_retry_time_is_bounded(aiohttp_client: Any, fakes: Fakes) ->
 class HealthClock:
     """The clock of ejections (``ejection_seconds``), driven by the test: an ejected upstream
     takes its trial when the test says the time has come, whatever a busy machine does to the
-    time between two requests. Everything else of :mod:`time` is the real one."""
+    time between two requests. The app gets it as ``create_app(clock=...)``'s monotonic clock;
+    its wall clock and every duration stay real."""
 
     def __init__(self) -> None:
         self.now = 1_000_000.0
+        self.clock = Clock(monotonic=self.monotonic)
 
     def monotonic(self) -> float:
         return self.now
@@ -377,16 +379,10 @@ class HealthClock:
     def advance(self, seconds: float) -> None:
         self.now += seconds
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(time, name)
-
 
 @pytest.fixture
-def health_clock(monkeypatch: pytest.MonkeyPatch) -> HealthClock:
-    clock = HealthClock()
-    monkeypatch.setattr(balancer_module, "time", clock)
-    monkeypatch.setattr(attempts_module, "time", clock)
-    return clock
+def health_clock() -> HealthClock:
+    return HealthClock()
 
 
 async def test_passive_outlier_ejection_and_trial(aiohttp_client: Any, fakes: Fakes,
@@ -395,7 +391,7 @@ async def test_passive_outlier_ejection_and_trial(aiohttp_client: Any, fakes: Fa
     good = await fakes.start(D)
     cfg = config(B, {"bad": upstream_config(bad), "good": upstream_config(good)})
     cfg["health"] = {"failure_threshold": 2, "ejection_seconds": 0.6}
-    gw = await gateway(aiohttp_client, cfg)
+    gw = await gateway(aiohttp_client, cfg, clock=health_clock.clock)
     for _ in range(2):
         assert (await ask(gw, B))[0] == 200
     assert len(bad.seen) == 2 and len(good.seen) == 2
@@ -432,7 +428,7 @@ async def test_only_one_trial_request_after_ejection(aiohttp_client: Any, fakes:
     good = await fakes.start(D)
     cfg = config(C, {"bad": upstream_config(bad), "good": upstream_config(good)})
     cfg["health"] = {"failure_threshold": 1, "ejection_seconds": 0.3}
-    gw = await gateway(aiohttp_client, cfg)
+    gw = await gateway(aiohttp_client, cfg, clock=health_clock.clock)
     assert (await ask(gw, C))[0] == 200
     assert len(bad.seen) == 1 and len(good.seen) == 1
     health_clock.advance(0.3)

@@ -22,8 +22,9 @@ from aiohttp.test_utils import TestClient, TestServer
 from cdp import Browser, Page
 from fakes import Fakes, Script, client_request, eventually, free_port, known_to_a_new_process
 
-from gateway import status, status_page, traffic, worker_status
+from gateway import status_page, worker_status
 from gateway.app import create_app
+from gateway.clock import Clock
 from gateway.config import load_config, parse_config
 from gateway.keys import RELOADER
 from gateway.traffic import STEP_SECONDS, RecentTraffic
@@ -312,17 +313,14 @@ class _BucketClock:
 
 
 @pytest.mark.timeout(120)
-async def test_status_page_in_headless_chromium(fakes: Fakes, tmp_path: Path,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_status_page_in_headless_chromium(fakes: Fakes, tmp_path: Path) -> None:
     # The traffic falls in two adjacent buckets, every run: the case where each line is a stub
     # a few pixels long unless drawn with its dots (CI once timed out on one too faint to count).
-    clock = _BucketClock()
-    for module in (traffic, status):  # the buckets' clock and the one the page reads them by
-        monkeypatch.setattr(module, "time", clock)
+    clock = _BucketClock()  # the buckets' clock, and the one the page reads them by
     gate = asyncio.Event()
     up = await fakes.start(UPSTREAM, Script(scripted=True, pieces=5, chunk_delay=0.01))
     cfg = _write_config(tmp_path / "gw.yaml", up.url)
-    app = create_app(load_config(cfg), config_path=cfg)
+    app = create_app(load_config(cfg), config_path=cfg, clock=Clock(wall=clock.time))
     gateway = TestServer(app, host="127.0.0.1")
     await gateway.start_server()
     base = f"http://127.0.0.1:{gateway.port}"
@@ -341,7 +339,7 @@ async def test_status_page_in_headless_chromium(fakes: Fakes, tmp_path: Path,
 
             async def peak_noted() -> bool:
                 chat = _route(await _status(s, base))
-                return chat["inflight"] == 1 and max(chat["series"]["inflight_peak"]) == 1
+                return bool(chat["inflight"] == 1 and max(chat["series"]["inflight_peak"]) == 1)
 
             await eventually(peak_noted, within=10)
 

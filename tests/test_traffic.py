@@ -8,7 +8,6 @@ import tracemalloc
 import orjson
 import pytest
 
-from gateway import traffic
 from gateway.traffic import (
     BUCKETS,
     HISTORY_SECONDS,
@@ -30,10 +29,9 @@ class Clock:
 
 
 @pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
-    c = Clock()
-    monkeypatch.setattr(traffic.time, "time", c)
-    return c
+def clock() -> Clock:
+    """The windows' wall clock, handed to each ``RecentTraffic(clock)`` and each ``merge``."""
+    return Clock()
 
 
 def summary(t: RecentTraffic, route: str) -> dict[str, object]:
@@ -43,7 +41,7 @@ def summary(t: RecentTraffic, route: str) -> dict[str, object]:
 
 
 def test_counts_are_exact_and_samples_bounded_under_load(clock: Clock) -> None:
-    t = RecentTraffic()
+    t = RecentTraffic(clock)
     for i in range(5000):  # one busy bucket: 5,000 requests, every tenth an error
         t.add("/chat", (i % 1000) / 1000, 500 if i % 10 == 0 else 200)
     slot = t.export()["buckets"][-1]["routes"]["/chat"]
@@ -58,7 +56,7 @@ def test_counts_are_exact_and_samples_bounded_under_load(clock: Clock) -> None:
 def test_percentiles_are_nearest_rank(clock: Clock) -> None:
     # Nearest rank: the smallest sample with at least q of the samples at or below it. Picking
     # index int(q * n) made the median of two samples their maximum and p99 of 100 the maximum.
-    t = RecentTraffic()
+    t = RecentTraffic(clock)
     t.add("/two", 0.010, 200)
     t.add("/two", 0.020, 200)
     for ms in range(1, 101):
@@ -89,7 +87,7 @@ def test_percentiles_of_known_samples(kept: list[int], want: list[float]) -> Non
 
 
 def test_streams_whole_answers_and_first_token_apart(clock: Clock) -> None:
-    t = RecentTraffic()
+    t = RecentTraffic(clock)
     t.add("/chat", 0.050, 200)
     t.add("/chat", 2.0, 200, stream=True, ttft=0.120)
     t.add("/chat", 3.0, 502, stream=True)
@@ -101,20 +99,20 @@ def test_streams_whole_answers_and_first_token_apart(clock: Clock) -> None:
 
 
 def test_old_calls_still_count_as_whole_answers(clock: Clock) -> None:
-    t = RecentTraffic()
+    t = RecentTraffic(clock)
     t.add("/chat", 0.01, 200)
     assert summary(t, "/chat")["whole"] == {
         "requests": 1, "p50_ms": 10.0, "p95_ms": 10.0, "p99_ms": 10.0}
 
 
 def test_the_summary_covers_a_minute_and_the_series_five(clock: Clock) -> None:
-    t = RecentTraffic()
+    t = RecentTraffic(clock)
     t.add("/chat", 0.01, 200)  # four minutes ago: in the charts, not in the tables
     clock.now += 4 * 60
     t.add("/chat", 0.02, 404)
     t.add("/chat", 0.03, 200)
     clock.now += 2.5
-    got = merge([t.export()])["/chat"]
+    got = merge([t.export()], clock())["/chat"]
     assert got["summary"] is not None
     assert got["summary"]["requests"] == 2 and got["summary"]["errors"] == 1
     # The minute is 11 whole buckets and 2.5 s of the current one.
@@ -130,25 +128,25 @@ def test_the_summary_covers_a_minute_and_the_series_five(clock: Clock) -> None:
 
 
 def test_the_window_forgets_what_is_older_than_five_minutes(clock: Clock) -> None:
-    t = RecentTraffic()
+    t = RecentTraffic(clock)
     t.add("/old", 0.01, 200)
     clock.now += HISTORY_SECONDS
     t.add("/new", 0.02, 200)
-    assert set(merge([t.export()])) == {"/new"}
+    assert set(merge([t.export()], clock())) == {"/new"}
     assert len(t._buckets) == 1
     clock.now += HISTORY_SECONDS  # and a quiet worker exports nothing stale
     assert t.export()["buckets"] == []
 
 
 def test_workers_merge_with_weights(clock: Clock) -> None:
-    busy, quiet = RecentTraffic(), RecentTraffic()
+    busy, quiet = RecentTraffic(clock), RecentTraffic(clock)
     for _ in range(1000):
         busy.add("/chat", 0.010, 200)
     for _ in range(10):
         quiet.add("/chat", 0.100, 200)
     # Through JSON, as the workers' files carry them.
     windows = [orjson.loads(orjson.dumps(w.export())) for w in (busy, quiet)]
-    s = merge(windows)["/chat"]["summary"]
+    s = merge(windows, clock())["/chat"]["summary"]
     assert s is not None and s["requests"] == 1010
     # 100 busy samples stand for 1,000 requests, the 10 quiet ones for 10: p99 is the busy
     # worker's 10 ms. Plain concatenation of the samples would have said 100 ms.
@@ -157,19 +155,20 @@ def test_workers_merge_with_weights(clock: Clock) -> None:
 
 
 def test_in_flight_peak_per_bucket(clock: Clock) -> None:
-    t = RecentTraffic()
+    t = RecentTraffic(clock)
     t.note_inflight("/chat", 3)
     t.note_inflight("/chat", 7)
     t.note_inflight("/chat", 2)
     t.note_inflight("/idle", 0)  # costs nothing
     assert [b["routes"].keys() for b in t.export()["buckets"]] == [{"/chat"}]
-    assert merge([t.export(), t.export()])["/chat"]["series"]["inflight_peak"][-1] == 14  # type: ignore[index]
+    merged = merge([t.export(), t.export()], clock())
+    assert merged["/chat"]["series"]["inflight_peak"][-1] == 14  # type: ignore[index]
 
 
 def test_memory_is_bounded(clock: Clock) -> None:
     """Five minutes at 150 requests a second on three routes (every reservoir fills), then five
     more: the window holds BUCKETS buckets of SAMPLES samples a timing, and stops growing."""
-    t = RecentTraffic()
+    t = RecentTraffic(clock)
     routes = ("/a", "/b", "/c")
 
     def load(seconds: int) -> None:
