@@ -202,11 +202,14 @@ class Reasoning:
 
 @dataclass(slots=True)
 class ReasoningRequest:
-    """How much the client asked the model to reason (Anthropic ``thinking``, Responses
-    ``reasoning``). Each side keeps the form it has; dialects map one to the other by table."""
+    """How much the client asked the model to reason (Anthropic ``thinking`` and
+    ``output_config.effort``, Chat Completions ``reasoning_effort``, Responses ``reasoning``).
+    Each side keeps the form it has; dialects map one to the other by table."""
 
     effort: str | None = None
-    """``minimal`` / ``low`` / ``medium`` / ``high`` (Responses)."""
+    """OpenAI's ``ReasoningEffort`` (``none`` / ``minimal`` / ``low`` / ``medium`` / ``high`` /
+    ``xhigh`` / ``max``), or Anthropic's ``output_config.effort`` (``low`` … ``max``, a subset),
+    as the client said it; a dialect without a value sends the nearest."""
     budget_tokens: int | None = None
     """Anthropic's thinking budget."""
     summary: str | None = None

@@ -144,9 +144,16 @@ _ERROR_STATUS = {
 }
 
 _BUDGET_BY_EFFORT = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384,
-                     "xhigh": 32768}
+                     "xhigh": 32768, "max": 32768}
 """A reasoning effort (OpenAI, Responses) as a thinking budget; the inverse of the OpenAI
-dialect's budget -> effort table (docs/translation.md)."""
+dialect's budget -> effort table (docs/translation.md). ``max`` gets the ``xhigh`` budget: a
+larger one plus the default cap passes some models' output limit."""
+_EFFORT_MAP = {"none": "low", "minimal": "low", "low": "low", "medium": "medium",
+               "high": "high", "xhigh": "xhigh", "max": "max"}
+"""A canonical effort (OpenAI's ``ReasoningEffort``) as ``output_config.effort``
+(``OutputConfigParam``: low, medium, high, xhigh, max). The two OpenAI has below Anthropic's
+lowest go to the nearest, ``low`` (``none`` also turns ``thinking`` off). An effort in neither
+list is sent as it came, for the API to judge, rather than replaced by a default."""
 _MIN_BUDGET = 1024
 """The API's smallest ``thinking.budget_tokens``."""
 
@@ -625,29 +632,48 @@ def _parse_thinking(raw: JSON) -> ReasoningRequest | None:
     raise DialectError('type must be "enabled", "adaptive" or "disabled"', "thinking.type")
 
 
-def _parse_output_config(raw: JSON, extras: dict[str, JSON]) -> OutputFormat | None:
+def _parse_output_config(raw: JSON, extras: dict[str, JSON]) -> tuple[OutputFormat | None,
+                                                                        str | None]:
     """The JSON schema ``output_config.format`` asks for (structured outputs,
-    https://platform.claude.com/docs/en/build-with-claude/structured-outputs);
-    ``extras["output_config"]`` keeps the rest (``effort``)."""
+    https://platform.claude.com/docs/en/build-with-claude/structured-outputs) and the
+    ``output_config.effort``; ``extras["output_config"]`` keeps the rest."""
     if raw is None:
-        return None
+        return None, None
     config = expect_object(raw, "output_config")
+    effort = config.get("effort")
+    if effort is not None and not isinstance(effort, str):
+        raise DialectError("must be a string", "output_config.effort")
+    output = None
     fmt = config.get("format")
-    if fmt is None:
-        return None
-    fmt = expect_object(fmt, "output_config.format")
-    if fmt.get("type") != "json_schema":
-        raise DialectError("must be json_schema", "output_config.format.type")
-    schema = fmt.get("schema")
-    if not isinstance(schema, dict):
-        raise DialectError(f"must be an object, not {kind_of(schema)}",
-                           "output_config.format.schema")
-    rest = {k: v for k, v in config.items() if k != "format"}
+    if fmt is not None:
+        fmt = expect_object(fmt, "output_config.format")
+        if fmt.get("type") != "json_schema":
+            raise DialectError("must be json_schema", "output_config.format.type")
+        schema = fmt.get("schema")
+        if not isinstance(schema, dict):
+            raise DialectError(f"must be an object, not {kind_of(schema)}",
+                               "output_config.format.schema")
+        output = OutputFormat("json_schema", schema=schema)
+    rest = {k: v for k, v in config.items()
+            if k != "format" and not (k == "effort" and effort is not None)}
     if rest:
         extras["output_config"] = rest
     else:
         del extras["output_config"]
-    return OutputFormat("json_schema", schema=schema)
+    return output, effort
+
+
+def _with_effort(reasoning: ReasoningRequest | None, effort: str | None
+                 ) -> ReasoningRequest | None:
+    """``output_config.effort`` joins the ``thinking`` request: one canonical reasoning request
+    (an effort alone asks for no thinking; the same-dialect render knows it by the absent raw
+    ``thinking``)."""
+    if effort is None:
+        return reasoning
+    if reasoning is None:
+        return ReasoningRequest(effort=effort)
+    reasoning.effort = effort
+    return reasoning
 
 
 def _render_output_format(o: OutputFormat) -> dict[str, JSON]:
@@ -742,7 +768,7 @@ class AnthropicDialect(SamplesFromPackage):
             extras["_thinking"] = thinking
         if obj.get("tool_choice") is not None:
             extras["_tool_choice"] = obj["tool_choice"]
-        output = _parse_output_config(obj.get("output_config"), extras)
+        output, effort = _parse_output_config(obj.get("output_config"), extras)
         return ChatRequest(
             messages=_parse_system(obj.get("system")) + _parse_messages(obj),
             stream=bool(stream),
@@ -750,7 +776,7 @@ class AnthropicDialect(SamplesFromPackage):
             sampling=sampling,
             tools=_parse_tools(obj.get("tools")),
             tool_choice=_parse_tool_choice(obj.get("tool_choice")),
-            reasoning=_parse_thinking(thinking),
+            reasoning=_with_effort(_parse_thinking(thinking), effort),
             output=output,
             # "stream" stays in extras so that a same-dialect render keeps an explicit false
             extras=extras,
@@ -796,6 +822,11 @@ class AnthropicDialect(SamplesFromPackage):
         if req.tool_choice is not None and (tools or same):
             raw = req.extras.get("_tool_choice") if same else None
             out["tool_choice"] = raw if raw is not None else _render_tool_choice(req.tool_choice)
+        effort = req.reasoning.effort if req.reasoning is not None else None
+        if effort is not None:
+            config = out.get("output_config")
+            out["output_config"] = {**(config if isinstance(config, dict) else {}),
+                                    "effort": _EFFORT_MAP.get(effort, effort)}
         if req.output is not None:
             config = out.get("output_config")
             out["output_config"] = {**(config if isinstance(config, dict) else {}),
@@ -812,9 +843,9 @@ class AnthropicDialect(SamplesFromPackage):
         """``thinking`` and the output cap it needs (the budget must stay under it)."""
         r = req.reasoning
         assert r is not None
-        raw = req.extras.get("_thinking") if same else None
-        if raw is not None:
-            return raw, cap
+        if same:
+            # as the client sent it; none when it sent only output_config.effort
+            return req.extras.get("_thinking"), cap
         if not r.enabled or r.effort == "none":
             return {"type": "disabled"}, cap
         budget = r.budget_tokens or _BUDGET_BY_EFFORT.get(r.effort or "medium", 8192)

@@ -214,7 +214,9 @@ class OpenAIDialect(SamplesFromPackage):
         if cap is not None:
             spelled = req.hints.get("max_key") if same else None
             out[spelled if isinstance(spelled, str) else "max_tokens"] = cap
-        if req.reasoning is not None and req.reasoning.enabled:
+        if req.reasoning is not None and (req.reasoning.effort or req.reasoning.enabled):
+            # an effort the client said wins, as with the Responses dialect: Anthropic's
+            # thinking turned off beside an output_config.effort still asks for that effort
             out["reasoning_effort"] = req.reasoning.effort or _effort_of(req.reasoning)
         if req.tools:
             out["tools"] = [_render_tool(t) for t in req.tools]

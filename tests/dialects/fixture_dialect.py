@@ -264,8 +264,8 @@ class FixtureDialect:
         if req.tool_choice is not None:
             c = req.tool_choice
             out["pick"] = f"fn:{c.name}" if c.mode == "tool" else _PICK_OUT[c.mode]
-        if req.reasoning is not None and req.reasoning.enabled:
-            out["think"] = req.reasoning.effort or "medium"
+        if req.reasoning is not None and (req.reasoning.effort or req.reasoning.enabled):
+            out["think"] = req.reasoning.effort or "medium"  # a said effort wins, none included
         if stream or (same and "stream" in req.extras):
             out["stream"] = stream
         return out

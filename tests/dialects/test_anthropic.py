@@ -962,15 +962,71 @@ def test_system_blocks_are_one_prompt_joined_by_a_blank_line_for_every_upstream(
 
 def test_output_config_format_is_the_canonical_output_and_the_rest_stays() -> None:
     body = {**SAMPLES.requests["structured"]}
-    body["output_config"] = {**body["output_config"], "effort": "low"}
+    body["output_config"] = {**body["output_config"], "effort": "low", "future": 1}
     req = A.parse_request(body)
     assert req.output is not None and req.output.kind == "json_schema"
     assert req.output.schema == body["output_config"]["format"]["schema"]
-    assert "output_config" in req.extras and "format" not in req.extras["output_config"]
+    assert req.reasoning == ReasoningRequest(effort="low")
+    assert req.extras["output_config"] == {"future": 1}
     assert A.render_request(req, stream=False, model=None) == body  # nothing said twice
     elsewhere = OPENAI.render_request(req, stream=False, model=None)
-    assert "output_config" not in elsewhere and "effort" not in orjson.dumps(elsewhere).decode()
+    assert "output_config" not in elsewhere and "future" not in orjson.dumps(elsewhere).decode()
     assert elsewhere["response_format"]["json_schema"]["schema"] == req.output.schema
+    assert elsewhere["reasoning_effort"] == "low"
+
+
+# --- effort (output_config.effort) ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("effort", ["low", "medium", "high", "xhigh", "max"])
+@pytest.mark.parametrize("thinking", [None, {"type": "adaptive"},
+                                      {"type": "enabled", "budget_tokens": 2000}])
+def test_effort_is_the_canonical_effort_and_round_trips(effort: str, thinking: Any) -> None:
+    body: dict[str, Any] = {**SAMPLES.requests["text"], "output_config": {"effort": effort}}
+    if thinking is not None:
+        body["thinking"] = thinking
+    req = A.parse_request(body)
+    assert req.reasoning is not None and req.reasoning.effort == effort
+    assert req.reasoning.budget_tokens == (thinking or {}).get("budget_tokens")
+    assert "output_config" not in req.extras
+    # the same dialect: as it came; an effort alone invents no thinking
+    assert A.render_request(req, stream=False, model=None) == body
+
+
+def test_effort_beside_a_format_round_trips() -> None:
+    body = {**SAMPLES.requests["structured"]}
+    body["output_config"] = {**body["output_config"], "effort": "high"}
+    req = A.parse_request(body)
+    assert req.reasoning == ReasoningRequest(effort="high") and req.output is not None
+    assert A.render_request(req, stream=False, model=None) == body
+
+
+def test_an_effort_that_is_not_a_string_is_a_400_naming_it() -> None:
+    body = {**SAMPLES.requests["text"], "output_config": {"effort": 3}}
+    with pytest.raises(Exception, match=r"output_config\.effort"):
+        A.parse_request(body)
+
+
+@pytest.mark.parametrize(("effort", "sent"), [
+    ("none", "low"), ("minimal", "low"), ("low", "low"), ("medium", "medium"),
+    ("high", "high"), ("xhigh", "xhigh"), ("max", "max"),
+    ("ultra", "ultra"),  # unknown: sent as it came, for the API to judge, never a default
+])
+def test_an_effort_from_elsewhere_is_output_config_effort_and_keeps_the_budget(
+        effort: str, sent: str) -> None:
+    req = ChatRequest(messages=[Message("user", "hi")], reasoning=ReasoningRequest(effort=effort))
+    out = A.render_request(req, stream=False, model=None)
+    assert out["output_config"] == {"effort": sent}
+    # the thinking budget from the effort, as before
+    assert out["thinking"]["type"] == ("disabled" if effort == "none" else "enabled")
+
+
+def test_a_budget_without_an_effort_sends_no_effort() -> None:
+    req = ChatRequest(messages=[Message("user", "hi")],
+                      reasoning=ReasoningRequest(budget_tokens=3000))
+    out = A.render_request(req, stream=False, model=None)
+    assert "output_config" not in out
+    assert out["thinking"] == {"type": "enabled", "budget_tokens": 3000}
 
 
 @pytest.mark.parametrize("fmt", [{"type": "json_object"}, {"type": "json_schema"},

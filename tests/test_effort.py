@@ -1,0 +1,54 @@
+"""A reasoning effort through the pipeline, for every ordered pair of registered dialects that
+declare reasoning (:attr:`Capabilities.reasoning`): the client's effort reaches the upstream in the
+upstream's own field, the same where both sides have the value, the nearest where the upstream has
+not, and never replaced by a default. No dialect is named: the capabilities decide.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.canonical import ChatRequest, Message, ReasoningRequest
+from gateway.dialects import DIALECTS, Dialect
+from gateway.pipeline import translate_request
+
+REASONING = [d for d in DIALECTS.values() if d.capabilities.reasoning]
+PAIRS = [(cl, up) for cl in REASONING for up in REASONING]
+IDS = [f"{cl.name}->{up.name}" for cl, up in PAIRS]
+
+SHARED = ("low", "medium", "high", "xhigh", "max")
+"""The efforts every reasoning dialect has."""
+BELOW = ("none", "minimal")
+"""The efforts below ``low`` that some dialects lack: there the nearest, ``low``, arrives."""
+LOWEST = ("none", "minimal", "low")
+
+
+def client_body(cl: Dialect, effort: str) -> object:
+    req = ChatRequest(messages=[Message("user", "hi")],
+                      reasoning=ReasoningRequest(effort=effort))
+    return cl.render_request(req, stream=False, model="m")
+
+
+def upstream_effort(cl: Dialect, up: Dialect, effort: str) -> str | None:
+    _, sent, lost = translate_request(client_body(cl, effort), cl, up, stream=False, model="m")
+    assert "reasoning" not in lost
+    reasoning = up.parse_request(sent).reasoning
+    assert reasoning is not None, "the effort was lost"
+    return reasoning.effort
+
+
+@pytest.mark.parametrize("effort", SHARED)
+@pytest.mark.parametrize(("cl", "up"), PAIRS, ids=IDS)
+def test_an_effort_both_sides_have_arrives_unchanged(cl: Dialect, up: Dialect,
+                                                      effort: str) -> None:
+    assert upstream_effort(cl, up, effort) == effort
+
+
+@pytest.mark.parametrize("effort", BELOW)
+@pytest.mark.parametrize(("cl", "up"), PAIRS, ids=IDS)
+def test_an_effort_below_low_arrives_as_the_nearest(cl: Dialect, up: Dialect,
+                                                     effort: str) -> None:
+    said = cl.parse_request(client_body(cl, effort)).reasoning
+    if said is None or said.effort != effort:
+        pytest.skip("the client's dialect has no such effort")
+    assert upstream_effort(cl, up, effort) in LOWEST
