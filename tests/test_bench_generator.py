@@ -16,18 +16,10 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
+from bench_modules import BENCH as _BENCH
+from bench_modules import shipped_dialects_only
 
-import gateway.dialects as registry
-
-_BENCH = Path(__file__).resolve().parent.parent / "bench"
-sys.path.insert(0, str(_BENCH))
-
-# The benchmark knows the dialects the gateway ships (bench/wire/ has a module for each, and
-# stops on any other); the tests' conftest registers a fixture dialect besides them.
-_names = registry.names
-registry.names = lambda: tuple(  # type: ignore[assignment]
-    n for n in _names() if type(registry.get(n)).__module__.startswith("gateway.dialects."))
-try:
+with shipped_dialects_only():
     import driver
     import h1load
     import wire
@@ -37,8 +29,6 @@ try:
     assert _spec is not None and _spec.loader is not None
     mock = importlib.util.module_from_spec(_spec)
     _spec.loader.exec_module(mock)
-finally:
-    registry.names = _names
 
 CHUNKS = 5
 

@@ -6,29 +6,19 @@ pass-throughs with the same one. No load is run: only the processes' command lin
 from __future__ import annotations
 
 import asyncio
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import uvloop
+from bench_modules import BENCH as _BENCH
+from bench_modules import shipped_dialects_only
 
-import gateway.dialects as registry
 from gateway.server import loop_factory
 
-_BENCH = Path(__file__).resolve().parent.parent / "bench"
-sys.path.insert(0, str(_BENCH))
-
-# bench/run.py knows the dialects the gateway ships (as in tests/test_bench_generator.py); the
-# tests' conftest registers a fixture dialect besides them.
-_names = registry.names
-registry.names = lambda: tuple(  # type: ignore[assignment]
-    n for n in _names() if type(registry.get(n)).__module__.startswith("gateway.dialects."))
-try:
+with shipped_dialects_only():
     import passthrough
     import run
-finally:
-    registry.names = _names  # type: ignore[assignment]
 
 
 def test_passthrough_defaults_to_the_loop_the_gateway_picks() -> None:

@@ -5,25 +5,14 @@ nothing listens: only the config text and the command lines are read."""
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import pytest
+from bench_modules import BENCH as _BENCH
+from bench_modules import shipped_dialects_only
 
-import gateway.dialects as registry
-
-_BENCH = Path(__file__).resolve().parent.parent / "bench"
-sys.path.insert(0, str(_BENCH))
-
-# bench/wire knows the dialects the gateway ships (as in tests/test_bench_loop.py); the tests'
-# conftest registers a fixture dialect besides them.
-_names = registry.names
-registry.names = lambda: tuple(  # type: ignore[assignment]
-    n for n in _names() if type(registry.get(n)).__module__.startswith("gateway.dialects."))
-try:
+with shipped_dialects_only():
     import peers
-finally:
-    registry.names = _names  # type: ignore[assignment]
 
 
 def test_nginx_config_streams_through_a_kept_alive_upstream(tmp_path: Path) -> None:
