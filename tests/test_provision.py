@@ -85,7 +85,8 @@ def _calls(tmp_path: Path) -> list[str]:
 def test_the_list_names_the_tools_the_operations_tests_run() -> None:
     tools = dict(_tools())
     assert tools == {"promtool": "prometheus", "prometheus": "prometheus",
-                     "chromium": "chromium", "/usr/lib/postgresql/*/bin/initdb": "postgresql"}
+                     "chromium": "chromium", "/usr/lib/postgresql/*/bin/initdb": "postgresql",
+                     "redis-server": "redis-server", "node": "nodejs", "npm": "npm"}
     # make test and CI go through the script
     assert "bash .ci/provision" in (ROOT / ".ci" / "run").read_text()
     makefile = (ROOT / "Makefile").read_text()
@@ -102,7 +103,7 @@ def test_nothing_to_do_when_every_tool_is_there(tmp_path: Path) -> None:
 
 
 def test_root_with_apt_installs_each_missing_package_once(tmp_path: Path) -> None:
-    result = _run(_bin(tmp_path, uid=0, apt=True, sudo=False, present=("chromium", INITDB)))
+    result = _run(_bin(tmp_path, uid=0, apt=True, sudo=False, present=("chromium", INITDB, "redis-server", "node", "npm")))
     calls = _calls(tmp_path)
     assert len(calls) == 2
     assert calls[0].startswith("apt-get ") and calls[0].endswith(" update -qq")
@@ -120,7 +121,7 @@ def test_passwordless_sudo_is_used_when_not_root(tmp_path: Path) -> None:
     installs = [c for c in calls if " install " in c]
     assert installs and all(c.startswith("sudo -n apt-get ") for c in installs)
     assert installs[-1].endswith(
-        " install -y -qq --no-install-recommends chromium postgresql prometheus")
+        " install -y -qq --no-install-recommends chromium nodejs npm postgresql prometheus redis-server")
 
 
 @pytest.mark.parametrize(("uid", "apt"), [(1000, True), (0, False)], ids=["no-root", "no-apt"])
@@ -131,9 +132,10 @@ def test_cannot_install_fails_with_one_line_naming_the_packages(tmp_path: Path, 
     assert _calls(tmp_path) == []
     assert result.stderr.count("\n") == 1
     assert result.stderr.startswith(
-        "provision: the tests need promtool prometheus chromium /usr/lib/postgresql/*/bin/initdb:"
-        " install Debian's chromium postgresql prometheus (sudo apt-get install chromium "
-        "postgresql prometheus)")
+        "provision: the tests need promtool prometheus chromium /usr/lib/postgresql/*/bin/initdb"
+        " redis-server node npm: install Debian's chromium nodejs npm postgresql prometheus"
+        " redis-server (sudo apt-get install chromium nodejs npm postgresql prometheus"
+        " redis-server)")
 
 
 
@@ -141,7 +143,7 @@ def test_when_apt_fails_its_output_is_shown(tmp_path: Path) -> None:
     result = _run(_bin(tmp_path, uid=0, apt=True, sudo=False, apt_fails=True))
     assert result.returncode == 1
     lines = result.stderr.splitlines()
-    assert lines == ["provision: installing Debian packages: chromium postgresql prometheus",
+    packages = "chromium nodejs npm postgresql prometheus redis-server"
+    assert lines == [f"provision: installing Debian packages: {packages}",
                      "E: Unable to locate package",
-                     "provision: apt-get could not install chromium postgresql prometheus "
-                     "(its output is above)"]
+                     f"provision: apt-get could not install {packages} (its output is above)"]
