@@ -52,7 +52,7 @@ def ensure_node_modules() -> Path:
 
 
 async def run_node(script: str | Path, *args: str, env: Mapping[str, str] | None = None,
-                   timeout: float = 60.0) -> Any:
+                   timeout: float = 60.0) -> Any:  # noqa: ASYNC109 (it also kills node)
     """Run ``tests/node/<script>`` with node and return the JSON document it prints.
 
     Fails the test (with the script's stderr) on a non-zero exit, a timeout or output that is

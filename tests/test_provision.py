@@ -103,7 +103,8 @@ def test_nothing_to_do_when_every_tool_is_there(tmp_path: Path) -> None:
 
 
 def test_root_with_apt_installs_each_missing_package_once(tmp_path: Path) -> None:
-    result = _run(_bin(tmp_path, uid=0, apt=True, sudo=False, present=("chromium", INITDB, "redis-server", "node", "npm")))
+    present = ("chromium", INITDB, "redis-server", "node", "npm")
+    result = _run(_bin(tmp_path, uid=0, apt=True, sudo=False, present=present))
     calls = _calls(tmp_path)
     assert len(calls) == 2
     assert calls[0].startswith("apt-get ") and calls[0].endswith(" update -qq")
@@ -121,7 +122,8 @@ def test_passwordless_sudo_is_used_when_not_root(tmp_path: Path) -> None:
     installs = [c for c in calls if " install " in c]
     assert installs and all(c.startswith("sudo -n apt-get ") for c in installs)
     assert installs[-1].endswith(
-        " install -y -qq --no-install-recommends chromium nodejs npm postgresql prometheus redis-server")
+        " install -y -qq --no-install-recommends"
+        " chromium nodejs npm postgresql prometheus redis-server")
 
 
 @pytest.mark.parametrize(("uid", "apt"), [(1000, True), (0, False)], ids=["no-root", "no-apt"])
