@@ -610,10 +610,10 @@ def test_same_dialect_keeps_what_it_does_not_map() -> None:
 
 
 @pytest.mark.parametrize(("body", "where"), [
-    ({"input": "x", "previous_response_id": "resp_1"}, "previous_response_id"),
+    ({"input": "x", "previous_response_id": 1}, "previous_response_id"),
     ({"input": "x", "conversation": "conv_1"}, "conversation"),
     ({"input": "x", "background": True}, "background"),
-    ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0]"),
+    ({"input": [{"type": "item_reference", "id": 1}]}, "input[0].id"),
     ({"model": 3, "input": "x"}, "model"),
     ({"input": 3}, "input"),
     ({}, "input"),
@@ -630,6 +630,14 @@ def test_bad_requests_name_the_field(body: dict[str, Any], where: str) -> None:
     with pytest.raises(DialectError) as caught:
         D.parse_request(body)
     assert caught.value.where == where
+
+
+def test_stored_references_go_on_to_a_responses_upstream_as_they_came() -> None:
+    # (where the gateway keeps the state instead, the exchange resolves them before parsing)
+    body = {"model": "m", "previous_response_id": "resp_1", "store": True,
+            "input": [{"type": "item_reference", "id": "msg_1"},
+                      {"type": "message", "role": "user", "content": "next"}]}
+    assert D.render_request(D.parse_request(body), stream=False, model=None) == body
 
 
 def test_store_alone_is_accepted() -> None:
