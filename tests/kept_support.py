@@ -25,7 +25,8 @@ from gateway.dialects.stored import stored_responses_of
 from gateway.framing import encoder_for
 from gateway.pipeline import events_from_response
 
-__all__ = ["KEEPING", "TOOL_UPSTREAMS", "ScriptedUpstream", "heard", "tool_then_text"]
+__all__ = ["FAIL", "KEEPING", "LOOKING", "TOOL_UPSTREAMS", "ScriptedUpstream", "agent_script",
+           "heard", "tool_then_text"]
 
 KEEPING = next(n for n, d in DIALECTS.items() if stored_responses_of(d) is not None)
 """The dialect whose API keeps its answers."""
@@ -48,6 +49,31 @@ def tool_then_text(req: ChatRequest) -> ChatResponse:
                             usage=usage, model="up-model")
     return ChatResponse([AssistantMessage(heard(req))], finish_reason="stop", usage=usage,
                         model="up-model")
+
+
+FAIL = "FAIL"
+"""A last message with this text gets the upstream's error (400, its dialect's sample body)."""
+LOOKING = "Let me look that up."
+WEATHER_JSON = '{"city":"Paris","temperature":21}'
+
+
+def agent_script(req: ChatRequest) -> ChatResponse:
+    """What an agent SDK's loops meet: JSON when the request asks for structured output (or
+    forces one tool: the JSON as its arguments), a text and a call of the first tool while no
+    tool result came back, then :func:`heard`."""
+    usage = Usage(input_tokens=11, output_tokens=7)
+    choice = req.tool_choice
+    if req.output is not None:
+        return ChatResponse([AssistantMessage(WEATHER_JSON)], finish_reason="stop", usage=usage)
+    if choice is not None and choice.mode == "tool" and choice.name:
+        call = ToolCall("call_json_1", choice.name, WEATHER_JSON)
+        return ChatResponse([AssistantMessage("", tool_calls=[call])],
+                            finish_reason="tool_calls", usage=usage)
+    if req.tools and not any(m.role == "tool" for m in req.messages):
+        call = ToolCall("call_kept_1", req.tools[0].name, '{"city":"Paris"}')
+        return ChatResponse([AssistantMessage(LOOKING, tool_calls=[call])],
+                            finish_reason="tool_calls", usage=usage)
+    return ChatResponse([AssistantMessage(heard(req))], finish_reason="stop", usage=usage)
 
 
 @dataclass
@@ -86,6 +112,8 @@ class ScriptedUpstream:
         self.bodies.append(body)
         req = self.dialect.parse_request(body)
         self.seen.append(req)
+        if req.messages and FAIL in req.messages[-1].text:
+            return web.json_response(self.dialect.samples.error, status=400)
         stream = req.stream or bool(self.dialect.stream_path and request.path.endswith(
             self.dialect.stream_path)) or (self.dialect.stream_by_accept and "text/event-stream"
                                            in request.headers.get("Accept", ""))
