@@ -99,6 +99,7 @@ class ScriptedUpstream:
         app.router.add_post(path, self._handle)
         if self.dialect.stream_path:
             app.router.add_post(path.rstrip("/") + self.dialect.stream_path, self._handle)
+        app.router.add_route("*", path + "/{rest:.+}", self._kept)  # its own stored answers
         self.server = TestServer(app, host="127.0.0.1")
         await self.server.start_server()
         return self
@@ -106,6 +107,12 @@ class ScriptedUpstream:
     async def close(self) -> None:
         if self.server is not None:
             await self.server.close()
+
+    async def _kept(self, request: web.Request) -> web.Response:
+        self.bodies.append({"method": request.method, "path": request.path_qs,
+                            "authorization": request.headers.get("Authorization")})
+        return web.json_response({"id": request.match_info["rest"], "object": "response",
+                                  "kept_by": "upstream"}, status=200)
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         body = orjson.loads(await request.read())

@@ -248,6 +248,71 @@ async def test_a_route_to_the_same_api_passes_references_on(rig: Rig) -> None:
     assert sent["store"] is True
 
 
+async def test_a_route_to_the_same_api_asks_its_upstream_for_its_answers(rig: Rig) -> None:
+    async with rig.client(KEEPING) as client:
+        got = await client.responses.with_raw_response.retrieve("resp_theirs")
+        page = await client.responses.with_raw_response.delete("resp_theirs")
+        items = await client.responses.input_items.with_raw_response.list(
+            "resp_theirs", limit=5)
+    assert got.http_response.json()["kept_by"] == "upstream"
+    assert [(b["method"], b["path"]) for b in rig.same.bodies] == [
+        ("GET", "/v1/responses/resp_theirs"), ("DELETE", "/v1/responses/resp_theirs"),
+        ("GET", "/v1/responses/resp_theirs/input_items?limit=5")]
+    assert page.status_code == items.status_code == 200
+    assert all(b["authorization"] is None for b in rig.same.bodies)  # the gateway's keys stay
+
+
+async def test_without_a_key_nothing_is_read(rig: Rig) -> None:
+    async with rig.client(TOOL_UPSTREAMS[0]) as client:
+        kept = await client.responses.create(model="m", input="mine")
+    resp = await rig.gateway.get(f"/0/v1/responses/{kept.id}")
+    assert resp.status == 401
+    resp = await rig.gateway.post(f"/0/v1/responses/{kept.id}",
+                                  headers={"Authorization": f"Bearer {KEYS[0]}"})
+    assert resp.status == 405
+    assert (await resp.json())["error"]["code"] == "METHOD_NOT_ALLOWED"
+
+
+async def test_a_store_that_cannot_be_reached_is_a_503_unless_nothing_is_kept(rig: Rig) -> None:
+    rig.gateway.app[RESPONSES].store.ready = False
+    async with rig.client(TOOL_UPSTREAMS[0]) as client:
+        with pytest.raises(openai.InternalServerError) as caught:
+            await client.responses.create(model="m", input="keep me")
+        assert caught.value.status_code == 503
+        assert caught.value.response.headers["Retry-After"] == "5"
+        r = await client.responses.create(model="m", input="forget me", store=False)
+    assert r.output_text == heard(rig.upstreams[TOOL_UPSTREAMS[0]].seen[-1])
+
+
+async def test_a_count_resolves_the_conversation_it_continues(rig: Rig) -> None:
+    async with rig.client(TOOL_UPSTREAMS[0]) as client:
+        first = await client.responses.create(model="m", input="x" * 400)
+        alone = await client.responses.input_tokens.count(model="m", input="next")
+        after = await client.responses.input_tokens.count(model="m", input="next",
+                                                         previous_response_id=first.id)
+    assert after.input_tokens >= alone.input_tokens + 100
+
+
+async def test_references_on_a_route_its_upstream_cannot_keep_are_a_400(
+        aiohttp_client: Callable[..., Awaitable[TestClient[Any, Any]]]) -> None:
+    up = await ScriptedUpstream(get(TOOL_UPSTREAMS[0])).start()
+    cfg = {"upstreams": {"u": {"dialect": TOOL_UPSTREAMS[0], "url": up.url}},
+           "routes": [{"path": "/v1/responses", "dialect": KEEPING, "upstream": "u"}]}
+    gateway = await aiohttp_client(create_app(parse_config(cfg, env={})))
+    try:
+        async with openai.AsyncOpenAI(base_url=str(gateway.make_url("/v1")), api_key="k",
+                                      max_retries=0) as client:
+            with pytest.raises(openai.BadRequestError) as caught:
+                await client.responses.create(model="m", input=[
+                    {"type": "item_reference", "id": "msg_1"}])  # type: ignore[list-item]
+            plain = await client.responses.create(model="m", input="hello")
+        assert caught.value.param == "input"
+        assert plain.store is False  # no responses_store: the gateway keeps nothing
+        assert len(up.seen) == 1
+    finally:
+        await up.close()
+
+
 def test_config_refuses_gateway_state_without_a_store() -> None:
     cfg = {"upstreams": {"u": {"dialect": TOOL_UPSTREAMS[0], "url": "http://127.0.0.1:9/x"}},
            "routes": [{"path": "/r", "dialect": KEEPING, "upstream": "u",

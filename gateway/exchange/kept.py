@@ -24,6 +24,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import quote
 
 import orjson
 from aiohttp import web
@@ -31,14 +32,16 @@ from aiohttp import web
 from gateway.auth import accepted_key, presented_key
 from gateway.canonical import JSON, ChatError, ChatRequest
 from gateway.dialects.stored import StoredAnswer, StoredResponses, stored_responses_of
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, UpstreamError
 from gateway.exchange.answer import error_response
+from gateway.exchange.headers import upstream_headers
 from gateway.exchange.outcome import Outcome, record
 from gateway.exchange.sink import ResponseSink
 from gateway.forwarding import client_address
 from gateway.framing import reader_for
 from gateway.incoming import ClientRequest
 from gateway.runtime import RouteEntry, Runtime, normalize_path
+from gateway.upstream import UpstreamRequest
 
 if TYPE_CHECKING:
     from gateway.exchange import Env
@@ -89,6 +92,10 @@ def owner_of(request: ClientRequest) -> str:
     presented, ``''`` for none."""
     key = presented_key(request)
     return hashlib.sha256(key.encode()).hexdigest() if key else ""
+
+
+_FORWARD_LIMIT = 64 * 1024 * 1024
+"""Most bytes of a stored answer read from an upstream that keeps them."""
 
 
 def _unavailable() -> ChatError:
@@ -213,6 +220,9 @@ async def resolve(request: ClientRequest, entry: RouteEntry, runtime: Runtime, b
                 "the whole conversation in input instead", param=field,
                 type="invalid_request_error"))
         return Resolved(body)
+    mark = (stored, refs.previous, refs.store)
+    if not refs and not refs.store:
+        return Resolved(body, None, mark)  # nothing to read, nothing to keep
     if store is None or not store.ready:
         raise Refusal(_unavailable())
     owner = owner_of(request)
@@ -235,10 +245,13 @@ async def resolve(request: ClientRequest, entry: RouteEntry, runtime: Runtime, b
     body, inputs = stored.expand(body, earlier, items)
     keeping = Keeping(store, stored, owner, refs.previous, inputs, log, request_id) \
         if refs.store else None
-    return Resolved(body, keeping, (stored, refs.previous, refs.store))
+    return Resolved(body, keeping, mark)
 
 
 # --- GET / DELETE of a stored response ---------------------------------------------------------
+# Kept by the gateway: answered from the store. Kept by the upstream (a route whose upstreams all
+# speak the client's API): the same request goes to the route's first upstream, and its answer
+# comes back as it is (the upstream's own ids, shapes and errors).
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,7 +271,7 @@ class StoredRoute:
         stored = stored_responses_of(self.entry.client)
         assert stored is not None  # only such routes get here (stored_route_for)
         try:
-            response = await self._answer(request, runtime, env, stored)
+            response = await self._answer(request, runtime, env, stored, rid)
         except Refusal as r:
             response = error_response(self.entry.client, r.error, rid)
         response.headers["X-Request-ID"] = rid
@@ -273,7 +286,7 @@ class StoredRoute:
         return response
 
     async def _answer(self, request: web.Request, runtime: Runtime, env: Env,
-                      stored: StoredResponses) -> web.Response:
+                      stored: StoredResponses, rid: str) -> web.Response:
         allow = "GET" if self.items else "GET, DELETE"
         if request.method not in allow.split(", "):
             raise Refusal(ChatError(405, f"{request.method} is not allowed here; use {allow}",
@@ -282,6 +295,8 @@ class StoredRoute:
         if keys and accepted_key(request, keys) is None:
             raise Refusal(ChatError(401, "a valid API key is required", code="UNAUTHORIZED",
                                     type="authentication_error"))
+        if self.entry.responses_state == "upstream":
+            return await self._forward(request, runtime, env, rid)
         store = env.responses
         if store is None or not store.ready:
             raise Refusal(_unavailable())
@@ -306,6 +321,40 @@ class StoredRoute:
         if body is None:
             raise gone
         return web.Response(body=body.encode(), content_type="application/json")
+
+
+    async def _forward(self, request: web.Request, runtime: Runtime, env: Env,
+                       rid: str) -> web.Response:
+        """The upstream keeps them: the same request to its first upstream (of the client's
+        API), answered as it answers."""
+        state = runtime.states[env.balancer.order(self.entry.config, runtime.states)[0]]
+        up = state.config
+        base, sep, query = up.url.partition("?")
+        tail = "/" + quote(self.response_id, safe="") + ("/input_items" if self.items else "")
+        url = base.rstrip("/") + tail + "?" + "&".join(
+            q for q in (request.query_string, query if sep else "") if q)
+        headers = upstream_headers(request, runtime.config, up, self.entry.client, False, rid)
+        try:
+            response = await env.transport.send(UpstreamRequest(
+                url.rstrip("?"), b"", headers, up.connect_timeout,
+                up.first_byte_timeout or up.timeout, request.method))
+        except UpstreamError as e:
+            env.log.warning("upstream_error", request_id=rid, upstream=state.name, kind=e.kind,
+                            error=up.scrubber(e.message))
+            raise Refusal(ChatError(502, f"upstream {state.name} could not be reached",
+                                    code="BAD_GATEWAY")) from None
+        status, body = response.status, bytearray()
+        try:
+            while piece := await response.read():
+                body += piece
+                if len(body) > _FORWARD_LIMIT:
+                    raise UpstreamError("malformed", "the answer is too large")
+        except UpstreamError:
+            raise Refusal(ChatError(502, f"upstream {state.name} did not give its whole answer",
+                                    code="BAD_GATEWAY")) from None
+        finally:
+            response.close()
+        return web.Response(status=status, body=bytes(body), content_type="application/json")
 
 
 def _page(request: web.Request) -> tuple[int, bool, str | None]:
@@ -341,6 +390,10 @@ def stored_route_for(runtime: Runtime, path: str) -> StoredRoute | None:
     if not last:
         return None
     entry = runtime.route_for(base)
-    if entry is None or entry.responses_state != "gateway" or entry.stream is True:
+    if entry is None or entry.responses_state is None or entry.stream is True:
         return None
+    if entry.responses_state == "upstream" and not all(
+            runtime.config.upstreams[u.name].dialect == entry.client.name
+            for u in entry.config.upstreams):
+        return None  # no upstream of this route keeps them either: 404, no route
     return StoredRoute(entry, last, items)
