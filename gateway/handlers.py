@@ -59,6 +59,9 @@ async def readyz(request: web.Request) -> web.Response:
         # Reported, never failing the probe: history is not on a chat request's path, and a
         # shared store being down must not take every replica's chat routes out of service.
         body["history"] = request.app[HISTORY].status()
+    kept = request.app[ENV].responses if ENV in request.app else None
+    if kept is not None:  # reported like the history's, never failing the probe
+        body["responses_store"] = kept.status()
     return web.json_response(body, status=503 if down else 200)
 
 

@@ -262,6 +262,14 @@ async def test_a_route_to_the_same_api_asks_its_upstream_for_its_answers(rig: Ri
     assert all(b["authorization"] is None for b in rig.same.bodies)  # the gateway's keys stay
 
 
+async def test_readyz_reports_the_store_without_its_password(rig: Rig,
+                                                             store: StoreUnderTest) -> None:
+    body = await (await rig.gateway.get("/readyz")).json()
+    assert body["responses_store"]["healthy"] is True
+    assert "s3cret" not in str(body) and body["responses_store"]["store"].split(":")[0] in \
+        store.url
+
+
 async def test_without_a_key_nothing_is_read(rig: Rig) -> None:
     async with rig.client(TOOL_UPSTREAMS[0]) as client:
         kept = await client.responses.create(model="m", input="mine")

@@ -67,6 +67,9 @@ class ResponsesStore:
     def ready(self) -> bool:
         return self.store.ready
 
+    def status(self) -> dict[str, Any]:
+        return self.store.status()
+
     def _cutoff(self) -> int:
         return now_us() - int(self.retention * 1_000_000)
 
