@@ -98,10 +98,11 @@ async def test_vercel_agent_loops_through_another_api(route: Route, request: Any
 
     if provider == "vercel-responses":
         # Its defaults: store on, and the message the gateway returned sent back by reference.
-        second = seen["generate"]["requests"][1]["body"]
-        refs = [i for i in second["input"] if i.get("type") == "item_reference"]
-        assert len(refs) == 1 and refs[0]["id"].startswith("msg_"), second["input"]
-        assert second.get("store") is not False
+        for name in ("generate", "stream"):
+            second = seen[name]["requests"][1]["body"]
+            refs = [i for i in second["input"] if i.get("type") == "item_reference"]
+            assert len(refs) == 1 and refs[0]["id"].startswith("msg_"), second["input"]
+            assert second.get("store") is not False
 
     assert seen["object"]["output"] == {"city": "Paris", "temperature": 21}
     assert seen["error"] is not None and seen["error"]["status"] == 400, seen["error"]

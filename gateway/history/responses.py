@@ -80,8 +80,12 @@ class ResponsesStore:
                     [("in", x) for x in new.inputs] + [("out", x) for x in new.outputs])]
 
         def work(conn: Connection) -> None:
-            # An id kept again (an upstream that reuses its ids) replaces the older answer.
-            conn.execute(delete(responses).where(responses.c.id == new.id))
+            # An id this owner kept before (an upstream that reuses its ids) is replaced; one
+            # another owner holds is never touched (the insert fails: not kept, logged).
+            conn.execute(delete(response_items).where(
+                response_items.c.response_id == new.id, response_items.c.owner == owner))
+            conn.execute(delete(responses).where(responses.c.id == new.id,
+                                                 responses.c.owner == owner))
             conn.execute(insert(responses).values(
                 id=new.id, owner=owner, created_us=now_us(), previous_id=new.previous_id,
                 body=new.body))
