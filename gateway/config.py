@@ -480,7 +480,18 @@ def _duration(v: Any) -> Any:
     return v
 
 
-Duration = Annotated[float, BeforeValidator(_duration), Field(gt=0)]
+def _duration_schema(schema: dict[str, Any]) -> None:
+    # seconds, a duration with its unit, or a ${VAR} like any other value
+    number = {"type": "number", "exclusiveMinimum": 0}
+    for key in number:
+        schema.pop(key, None)
+    schema["anyOf"] = [number, {"type": "string", "pattern": _DURATION.pattern},
+                       dict(ENV_REFERENCE_SCHEMA)]
+
+
+Duration = Annotated[float, BeforeValidator(_duration),
+                     Field(gt=0, json_schema_extra=_duration_schema)]
+"""Seconds, or a duration with its unit (``30d``, ``12h``, ``45m``, ``90s``)."""
 
 
 class ResponsesStoreConfig(_Model):
