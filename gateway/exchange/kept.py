@@ -219,9 +219,10 @@ async def resolve(request: ClientRequest, entry: RouteEntry, runtime: Runtime, b
                         for u in entry.config.upstreams):
             field = "previous_response_id" if refs.previous else "input"
             raise Refusal(ChatError(
-                400, f"{field}: refers to stored state, which this route leaves to its upstream "
-                "(responses_state: upstream) and an upstream of another API cannot keep; send "
-                "the whole conversation in input instead", param=field,
+                400, f"{field}: refers to a stored response or item, which this route leaves "
+                "to its upstream, and an upstream of another API keeps none; send the whole "
+                "conversation in input (or configure responses_store for the gateway to keep "
+                "them)", param=field,
                 type="invalid_request_error"))
         return Resolved(body)
     mark = (stored, refs.previous, refs.store)
