@@ -72,9 +72,9 @@ async def serve(request: ClientRequest, env: Env, runtime: Runtime,
     model: str | None = None
     try:
         try:
-            req, keeping = await read_chat_request(
-                request, entry, runtime.config, Keep(runtime, env.responses, env.log,
-                                                     request_id))
+            keep = Keep(runtime, env.responses, env.log, request_id) \
+                if entry.responses_state is not None else None  # (most routes: nothing built)
+            req, keeping = await read_chat_request(request, entry, runtime.config, keep)
             stream, model = req.stream, req.model
             if keeping is not None:  # the finished answer is kept before it goes out
                 sink = answerer.sink = keeping.sink(sink, entry)

@@ -30,7 +30,7 @@ import orjson
 from aiohttp import web
 
 from gateway.auth import accepted_key, presented_key
-from gateway.canonical import JSON, ChatError, ChatRequest
+from gateway.canonical import JSON, ChatError, ChatRequest, random_hex
 from gateway.dialects.stored import StoredAnswer, StoredResponses, stored_responses_of
 from gateway.errors import GatewayError, UpstreamError
 from gateway.exchange.answer import error_response
@@ -60,6 +60,20 @@ INPUT_ITEMS_LIMIT = (20, 100)
 """``GET …/input_items``: the default and the largest ``limit`` (the API's)."""
 
 
+@dataclass(frozen=True, slots=True)
+class NewResponse:
+    """A finished answer to keep."""
+
+    id: str
+    previous_id: str | None
+    body: str
+    """The response object's JSON."""
+    inputs: Sequence[tuple[str, str]]
+    """The request's own input items: ``(id, JSON)``."""
+    outputs: Sequence[tuple[str, str]]
+    """The answer's output items: ``(id, JSON)``."""
+
+
 class KeptStore(Protocol):
     """Where the gateway keeps stored responses (bodies as JSON text). Every method raises a
     :class:`~gateway.errors.GatewayError` (the store's ``StoreUnavailable``) when it fails."""
@@ -75,7 +89,7 @@ class KeptStore(Protocol):
 
     async def items(self, owner: str, ids: Sequence[str]) -> dict[str, str]: ...
 
-    async def save(self, owner: str, new: Any) -> None: ...
+    async def save(self, owner: str, new: NewResponse) -> None: ...
 
     async def get(self, owner: str, response_id: str) -> str | None: ...
 
@@ -127,7 +141,6 @@ class Keeping:
         if self.kept:
             return
         self.kept = True
-        from gateway.history.responses import NewResponse  # the driver only when kept
 
         def pairs(items: list[JSON]) -> list[tuple[str, str]]:
             return [(str(i.get("id", "")) if isinstance(i, dict) else "",
@@ -272,7 +285,7 @@ class StoredRoute:
         started = time.perf_counter()
         rid = request.headers.get("X-Request-ID", "")
         if not (rid and len(rid) <= 128 and rid.isprintable() and rid.isascii()):
-            rid = hashlib.sha256(repr((started, id(request))).encode()).hexdigest()[:32]
+            rid = random_hex()
         stored = stored_responses_of(self.entry.client)
         assert stored is not None  # only such routes get here (stored_route_for)
         try:

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -20,6 +19,7 @@ from sqlalchemy import delete, insert, select
 from sqlalchemy.engine import Connection
 
 from gateway.config import GatewayConfig
+from gateway.exchange.kept import NewResponse
 from gateway.history.schema import response_items, responses
 from gateway.history.store import CHECK_INTERVAL, HistoryStore, StoreUnavailable, now_us
 
@@ -38,20 +38,6 @@ PURGE_INTERVAL = 3600.0
 MAX_CHAIN = 10_000
 """Longest chain of ``previous_response_id`` followed (a guard, not a limit clients meet)."""
 _IN_CHUNK = 500
-
-
-@dataclass(frozen=True, slots=True)
-class NewResponse:
-    """A finished answer to keep."""
-
-    id: str
-    previous_id: str | None
-    body: str
-    """The response object's JSON."""
-    inputs: Sequence[tuple[str, str]]
-    """The request's own input items: ``(id, JSON)``."""
-    outputs: Sequence[tuple[str, str]]
-    """The answer's output items: ``(id, JSON)``."""
 
 
 class ResponsesStore:
