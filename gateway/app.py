@@ -21,6 +21,7 @@ from gateway.cors import cors_headers
 from gateway.edge import BodyTimeout, edge_middleware
 from gateway.errors import ConfigError, UpstreamError
 from gateway.exchange import Env
+from gateway.exchange.kept import KeptStore
 from gateway.exchange.sink import AiohttpSink, SinkFactory
 from gateway.keys import (
     BALANCER,
@@ -109,6 +110,8 @@ def create_app(config: GatewayConfig, *, config_path: str | Path | None = None,
         log.info("config_reloaded", routes=len(new.routes), upstreams=len(new.upstreams))
         if new.history != config.history:  # its routes and store are set up at start
             log.warning("history_config_needs_restart")
+        if new.responses_store != config.responses_store:  # opened at start, like history's
+            log.warning("responses_store_config_needs_restart")
         return []
 
     async def noted_reload() -> list[tuple[str, str]]:  # for the status page
@@ -118,6 +121,10 @@ def create_app(config: GatewayConfig, *, config_path: str | Path | None = None,
 
     app[RELOADER] = noted_reload
     app.cleanup_ctx.append(_tracing)
+    if config.responses_store is not None:  # before the transport's: the Env holds it
+        from gateway.history.responses import add_responses_store
+
+        add_responses_store(app, config)
     app.cleanup_ctx.append(_transport(transport, config.server.upstream_client, sink))
     app.cleanup_ctx.append(_health_checks)
     app.cleanup_ctx.append(status.publish)
@@ -139,12 +146,20 @@ def _transport(given: Transport | None, client: Literal["fast", "aiohttp"],
         transport = given or make_transport(client)
         app[TRANSPORT] = transport
         app[ENV] = Env(transport, app[METRICS], app[BALANCER], app[RECENT], app[LOG],
-                       app[TRACING], sink)
+                       app[TRACING], sink, _responses_store(app))
         try:
             yield
         finally:
             await transport.aclose()
     return ctx
+
+
+def _responses_store(app: web.Application) -> KeptStore | None:
+    if app[RUNTIME].current.config.responses_store is None:
+        return None  # (SQLAlchemy is imported only by a gateway that keeps responses)
+    from gateway.history.responses import RESPONSES
+
+    return app[RESPONSES]
 
 
 def _configured_tracing(config: GatewayConfig) -> Tracing | None:

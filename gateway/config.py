@@ -19,6 +19,7 @@ import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
@@ -41,6 +42,7 @@ __all__ = [
     "GatewayConfig",
     "HealthConfig",
     "HistoryConfig",
+    "ResponsesStoreConfig",
     "RetryConfig",
     "RouteConfig",
     "RouteUpstream",
@@ -369,6 +371,25 @@ class RouteConfig(_Model):
     next turn sends it back. A session state the upstream answers with wins. For frontends that
     keep no history without one (the RAG demo app sends ``session_state: null``)."""
 
+    responses_state: Literal["gateway", "upstream"] | None = None
+    """Routes whose dialect's API keeps its answers (OpenAI Responses: ``store``,
+    ``previous_response_id``, ``item_reference``, ``GET``/``DELETE`` of a response) only. Who
+    keeps them: ``gateway``, the gateway itself in its ``responses_store`` (references are
+    resolved into the upstream request, whatever its dialect); ``upstream``, the upstream (the
+    request goes on as it came; a route with an upstream of another dialect then refuses
+    references). Default: ``gateway`` when a ``responses_store`` section is set and an upstream
+    of the route speaks another dialect, else ``upstream``."""
+
+    @model_validator(mode="after")
+    def _keeps_what_its_dialect_stores(self) -> RouteConfig:
+        from gateway.dialects.stored import stored_responses_of
+
+        if self.responses_state is not None and self.dialect in DIALECTS \
+                and stored_responses_of(get(self.dialect)) is None:
+            raise ValueError(f"responses_state: the {self.dialect} dialect's API keeps no "
+                             "answers")
+        return self
+
     @model_validator(mode="after")
     def _mints_a_state_it_can_carry(self) -> RouteConfig:
         if self.mint_session_state and self.dialect in DIALECTS \
@@ -445,6 +466,67 @@ class HistoryConfig(_Model):
         return v
 
 
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _duration(v: Any) -> Any:
+    """``30d``, ``12h``, ``45m``, ``90s`` or a number of seconds, as seconds."""
+    if isinstance(v, str):
+        m = _DURATION.match(v)
+        if m is None:
+            raise ValueError("must be a duration like 30d, 12h, 45m, 90s (or seconds)")
+        return float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
+    return v
+
+
+def _duration_schema(schema: dict[str, Any]) -> None:
+    # seconds, a duration with its unit, or a ${VAR} like any other value
+    number = {"type": "number", "exclusiveMinimum": 0}
+    for key in number:
+        schema.pop(key, None)
+    schema["anyOf"] = [number, {"type": "string", "pattern": _DURATION.pattern},
+                       dict(ENV_REFERENCE_SCHEMA)]
+
+
+Duration = Annotated[float, BeforeValidator(_duration),
+                     Field(gt=0, json_schema_extra=_duration_schema)]
+"""Seconds, or a duration with its unit (``30d``, ``12h``, ``45m``, ``90s``)."""
+
+
+class ResponsesStoreConfig(_Model):
+    """Where the gateway keeps a stateful client API's answers (OpenAI Responses with
+    ``store``) for the routes that keep them at the gateway (``responses_state``;
+    docs/translation.md#stored-responses). No section: the gateway keeps none."""
+
+    store: str | None = None
+    """The database, as ``history.store`` (the history's own database when unset and a
+    ``history`` section is set, else ``sqlite:///data/history.db``); tables of its own, migrated
+    at start like the history's. Several replicas share one PostgreSQL."""
+    retention: Duration = 30 * 86400.0
+    """How long a stored response and its items are kept (``30d``, ``12h``, ``90m``, or
+    seconds): older ones are never served, and are purged every hour and at start."""
+    pool_size: int = Field(5, ge=1, le=100)
+    """Most database connections one gateway process holds open for it."""
+    timeout: Seconds = 5.0
+    """Bound on connecting, on waiting for a pooled connection and on one statement; past it
+    a request that needs the store answers 503."""
+
+    @field_validator("store")
+    @classmethod
+    def _store(cls, v: str | None) -> str | None:
+        from gateway.history.url import parse_store_url  # SQLAlchemy only when configured
+
+        if v is not None:
+            parse_store_url(v)
+        return v
+
+    def history_config(self, history: HistoryConfig | None) -> HistoryConfig:
+        """The settings its store opens with (the history store's class serves both)."""
+        url = self.store or (history.store if history is not None else HistoryConfig().store)
+        return HistoryConfig(store=url, pool_size=self.pool_size, timeout=self.timeout)
+
+
 class TracingConfig(_Model):
     """OpenTelemetry traces over OTLP/HTTP (docs/operations.md#tracing). A key left out is read
     from the standard ``OTEL_*`` environment variables, then from the default. Read at start."""
@@ -495,10 +577,17 @@ class GatewayConfig(_Model):
     tracing: TracingConfig | None = None
     """OpenTelemetry traces; off unless this section (or ``OTEL_EXPORTER_OTLP_ENDPOINT``) is
     set."""
+    responses_store: ResponsesStoreConfig | None = None
+    """Stored responses kept by the gateway (absent: none; a route's ``responses_state:
+    gateway`` needs it)."""
 
     @model_validator(mode="after")
     def _references(self) -> GatewayConfig:
         problems = _cross_references(self.upstreams, enumerate(self.routes))
+        if self.responses_store is None:
+            problems.extend((f"routes[{i}].responses_state", "gateway needs a responses_store "
+                             "section (where the gateway keeps them)")
+                            for i, r in enumerate(self.routes) if r.responses_state == "gateway")
         if self.history is not None:
             served = {p: i for i, route in enumerate(self.routes)
                       for p in self.served_paths(route)}

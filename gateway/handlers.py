@@ -8,6 +8,7 @@ import orjson
 from aiohttp import web
 
 from gateway.exchange import serve, unrouted
+from gateway.exchange.kept import stored_route_for
 from gateway.history.keys import HISTORY
 from gateway.keys import ENV, METRICS, RELOADER, RUNTIME
 from gateway.metrics import CONTENT_TYPE_LATEST
@@ -34,6 +35,9 @@ async def chat(request: web.Request) -> web.StreamResponse:
         counter = counter_for(runtime, request.path)
         if counter is not None:  # POST …/count_tokens beside routes whose clients count
             return await counter.answer(request, runtime, request.app[ENV])
+        stored = stored_route_for(runtime, request.path)
+        if stored is not None:  # GET/DELETE …/{id} beside routes that keep their answers
+            return await stored.answer(request, runtime, request.app[ENV])
         return unrouted(request, json_error(404, f"no route for {request.path}", "NOT_FOUND"),
                         request.app[ENV], runtime.config.server.trusted_proxies)
     if request.method == "OPTIONS" and runtime.config.server.cors.allow_origins:
@@ -55,6 +59,9 @@ async def readyz(request: web.Request) -> web.Response:
         # Reported, never failing the probe: history is not on a chat request's path, and a
         # shared store being down must not take every replica's chat routes out of service.
         body["history"] = request.app[HISTORY].status()
+    kept = request.app[ENV].responses if ENV in request.app else None
+    if kept is not None:  # reported like the history's, never failing the probe
+        body["responses_store"] = kept.status()
     return web.json_response(body, status=503 if down else 200)
 
 

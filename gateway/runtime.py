@@ -10,11 +10,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from gateway.balancer import UpstreamState
 from gateway.config import GatewayConfig, RouteConfig
 from gateway.dialects import Dialect, get
+from gateway.dialects.stored import stored_responses_of
 
 __all__ = ["RouteEntry", "Runtime", "normalize_path"]
 
@@ -28,6 +29,9 @@ class RouteEntry:
     stream_content_type: str
     options: dict[str, Any]
     """The route's options for its dialect (validated, with defaults)."""
+    responses_state: Literal["gateway", "upstream"] | None = None
+    """Who keeps the answers of a client API that keeps them (``responses_state``, its
+    default resolved); ``None``: the route's dialect keeps none."""
 
 
 class Runtime:
@@ -45,11 +49,12 @@ class Runtime:
                 ctype = route.content_type
             paths = config.served_paths(route)
             options = route.options
+            kept = _responses_state(config, route, client)
             if len(paths) == 2:
-                self.routes[paths[0]] = RouteEntry(route, client, False, ctype, options)
-                self.routes[paths[1]] = RouteEntry(route, client, True, ctype, options)
+                self.routes[paths[0]] = RouteEntry(route, client, False, ctype, options, kept)
+                self.routes[paths[1]] = RouteEntry(route, client, True, ctype, options, kept)
             else:
-                self.routes[paths[0]] = RouteEntry(route, client, None, ctype, options)
+                self.routes[paths[0]] = RouteEntry(route, client, None, ctype, options, kept)
         for name, up in config.upstreams.items():
             if name in states:
                 states[name].reconfigure(up)
@@ -73,6 +78,19 @@ class Runtime:
             if not any(self.states[n].healthy for n in names):
                 out[route.path] = names
         return out
+
+
+def _responses_state(config: GatewayConfig, route: RouteConfig,
+                     client: Dialect) -> Literal["gateway", "upstream"] | None:
+    """Who keeps a stateful client API's answers on ``route`` (docs/translation.md)."""
+    if stored_responses_of(client) is None:
+        return None
+    if route.responses_state is not None:
+        return route.responses_state
+    if config.responses_store is None:
+        return "upstream"
+    other = any(config.upstreams[u.name].dialect != client.name for u in route.upstreams)
+    return "gateway" if other else "upstream"
 
 
 def normalize_path(path: str) -> str:

@@ -36,7 +36,7 @@ from gateway.config import UpstreamConfig
 from gateway.dialects import Dialect, TokenCount, get
 from gateway.errors import ParseError, UpstreamError
 from gateway.exchange import Env, error_response
-from gateway.exchange.client import Refused, read_chat_request, request_id_of
+from gateway.exchange.client import Keep, Refused, read_chat_request, request_id_of
 from gateway.exchange.headers import upstream_headers
 from gateway.exchange.outcome import NONE, Outcome, record
 from gateway.forwarding import client_address
@@ -101,7 +101,9 @@ class Counter:
         dialect = self.entry.client
         upstream, upstream_dialect = NONE, NONE
         try:
-            req = await read_chat_request(request, self.entry, runtime.config)
+            # (a count refers to stored state as a chat request does: resolved alike)
+            req, _ = await read_chat_request(request, self.entry, runtime.config, Keep(
+                runtime, env.responses, env.log, request_id))
             state = runtime.states[env.balancer.order(self.entry.config, runtime.states)[0]]
             upstream, upstream_dialect = state.name, state.config.dialect
             response = await self._count(request, req, state.name, state.config, runtime, env,

@@ -10,6 +10,7 @@ import orjson
 from gateway.canonical import ChatError, ChatRequest, Message
 from gateway.carry import Policy, Unsupported
 from gateway.dialects import get
+from gateway.dialects.stored import stored_responses_of
 from gateway.errors import ParseError
 from gateway.pipeline import (
     StreamTranslator,
@@ -32,7 +33,13 @@ def run_translate(
     lost: list[str] = []
     try:
         if request:
-            _, out, lost = translate_request(parse_body(stdin.read()), src, dst,
+            body = parse_body(stdin.read())
+            stored = stored_responses_of(src)
+            if stored is not None and dst is not src and stored.references(body).previous:
+                # what it stands for is kept by a gateway or an upstream, never here
+                return ("previous_response_id: refers to a stored response, which translate "
+                        "cannot read; send the whole conversation in input")
+            _, out, lost = translate_request(body, src, dst,
                                              stream=stream or None, model=model, policy=policy)
             stdout.write(orjson.dumps(out) + b"\n")
             return None

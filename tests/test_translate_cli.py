@@ -18,6 +18,7 @@ from strict._wire import tolerant
 
 from gateway.carry import GOVERNED, REPORTED, Policy
 from gateway.dialects import DIALECTS, Dialect
+from gateway.dialects.stored import stored_responses_of
 from gateway.translate_cli import run_translate
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -226,3 +227,12 @@ def test_empty_stream(source: str) -> None:
             reason, out, _ = run(source, target, body, stream=True)
             assert_reason(reason, f"bad {source} stream", "ended before")
             assert strict(DIALECTS[target]).read_stream(out).error is not None
+
+
+@pytest.mark.parametrize("source", [n for n in NAMES if stored_responses_of(DIALECTS[n])])
+def test_a_stored_response_is_named_not_lost(source: str) -> None:
+    body = {**DIALECTS[source].samples.requests["text"], "previous_response_id": "resp_1"}
+    for target in (n for n in NAMES if n != source):
+        reason, out, _ = run(source, target, orjson.dumps(body), request=True)
+        assert_reason(reason, "previous_response_id", "stored response")
+        assert out == b""

@@ -9,11 +9,14 @@ calls, which is also the order they render back in. ``instructions`` is the lead
 message. Function tools are flat (``{"type": "function", "name", …}``); built-in tools are kept
 verbatim for Responses upstreams only.
 
-State the gateway does not keep is refused with a 400 naming the field: ``previous_response_id``,
-``conversation``, ``background`` and ``item_reference`` items. ``store`` (the API's default is
-``true``) is accepted: it goes on unchanged to a Responses upstream; on a translating route nothing
-is stored, so the answer says ``"store": false``; and a request rendered for a Responses upstream
-from another dialect sends ``store: false``, what its client's API does by default.
+Stored state: ``previous_response_id`` and ``item_reference`` items are parsed and kept for a
+Responses upstream (that stores them itself); where the gateway keeps the answers instead
+(:class:`_Stored`, the route's ``responses_state``), the exchange resolves them before this
+module parses the request, and the answer says ``store`` and ``previous_response_id`` as kept.
+``conversation`` and ``background`` are refused with a 400 naming the field. ``store`` (the API's
+default is ``true``) goes on unchanged to a Responses upstream; an answer the gateway does not keep
+says ``"store": false``; and a request rendered for a Responses upstream from another dialect sends
+``store: false``, what its client's API does by default.
 
 Answers: the ``output`` items are folded into one assistant message (all ``output_text`` and
 ``refusal`` text, the reasoning items, the function calls); the items as they came are kept and
@@ -28,7 +31,7 @@ order both SDKs' accumulators hold a stream to, and :class:`_Decoder` for what i
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, assert_never
 
@@ -80,6 +83,7 @@ from gateway.dialects.base import (
     split_known,
 )
 from gateway.dialects.shared import openai_output_format, parse_openai_output_format
+from gateway.dialects.stored import References, StoredAnswer, StoredResponses
 from gateway.errors import DialectError
 from gateway.framing import Framing, Named, Payload, RawData, Slot, TextPath, TextRun, named
 
@@ -88,7 +92,6 @@ __all__ = ["OpenAIResponsesDialect"]
 NAME = "openai-responses"
 
 _STATEFUL = {
-    "previous_response_id": "refers to a stored response",
     "conversation": "refers to a stored conversation",
 }
 _REQUEST_KEYS = frozenset({
@@ -122,6 +125,8 @@ _RESPONSE_ERROR_CODES = frozenset({
     "empty_image_file", "failed_to_download_image", "image_file_not_found"})
 # a thinking budget as an effort (the same table as the openai dialect's, docs/translation.md)
 _EFFORT_BY_BUDGET = ((2048, "low"), (8192, "medium"))
+_KEPT = "kept"
+"""The hint under which the exchange notes that the gateway keeps this request's state."""
 _SEPARATOR = "\n\n"
 """Between a reasoning item's summary parts once they are one canonical reasoning text."""
 
@@ -179,6 +184,7 @@ class OpenAIResponsesDialect(SamplesFromPackage):
     stream_by_accept = False
     default_path = "/v1/responses"
     route_options = None
+    stored_responses: StoredResponses | None = None  # set below the class (_Stored)
     models_path: str | None = "/v1/models"  # the same OpenAI SDK lists where it posts
     models_header: str | None = None
     token_count: TokenCount | None = TokenCount(
@@ -214,6 +220,9 @@ class OpenAIResponsesDialect(SamplesFromPackage):
         store = obj.get("store")
         if store is not None and not isinstance(store, bool):
             raise DialectError("must be a boolean", "store")
+        previous = obj.get("previous_response_id")
+        if previous is not None and not isinstance(previous, str):
+            raise DialectError("must be a string", "previous_response_id")
         hints: dict[str, JSON] = {}
         messages: list[Message] = []
         instructions = obj.get("instructions")
@@ -354,6 +363,10 @@ class OpenAIResponsesDialect(SamplesFromPackage):
             "incomplete_details": details,
         }
         out.update(_public(extras) if same else _echo(req))
+        kept = req.hints.get(_KEPT)
+        if same and kept:  # the gateway keeps it, whatever the upstream said of its own store
+            out["store"] = bool(kept.get("store"))
+            out["previous_response_id"] = kept.get("previous_response_id")
         if status == "failed":
             out["error"] = _failure("the upstream reported an error", None)
         out["status"] = status
@@ -588,10 +601,11 @@ def _parse_items(items: list[JSON]) -> list[Message]:
         turn = None
         if kind == "function_call_output":
             out.append(_parse_call_output(item, where))
-        elif kind == "item_reference":
-            raise DialectError("refers to a stored item, which this gateway does not keep; send "
-                               "the item itself", where)
+        elif kind == "item_reference" and not isinstance(item.get("id"), str):
+            raise DialectError("must be a string", f"{where}.id")
         else:
+            # (an item_reference too: resolved by the gateway before parsing where it keeps the
+            # items, else passed on to a Responses upstream, which keeps them)
             # Another tool's call or output (web search, computer use, …): kept verbatim, for a
             # Responses upstream only.
             out.append(Message("assistant", [OtherPart(NAME, kind, item)],
@@ -1037,15 +1051,16 @@ def _echo(req: ChatRequest) -> dict[str, Any]:
     choice = req.tool_choice
     reasoning = req.reasoning
     metadata = extras.get("metadata")
+    kept = req.hints.get(_KEPT)
     return {
         "instructions": instructions,
         "max_output_tokens": req.sampling.get("max_tokens"),
         "parallel_tool_calls": choice.parallel if choice is not None and choice.parallel
         is not None else True,
-        "previous_response_id": None,
+        "previous_response_id": kept.get("previous_response_id") if kept else None,
         "reasoning": {"effort": reasoning.effort if reasoning else None,
                       "summary": reasoning.summary if reasoning else None},
-        "store": False,  # nothing is kept (see the module's docstring)
+        "store": bool(kept.get("store")) if kept else False,  # kept by the gateway, or not
         "temperature": req.sampling.get("temperature"),
         "text": _text_config(req.output, extras.get("text")) if req.output is not None
         else extras.get("text") or {"format": {"type": "text"}},
@@ -1800,3 +1815,121 @@ class _Encoder:
         out.append(self._event("response.failed", {"response": self._response(
             "failed", error=_failure(event.message, event.code),
             output=self._final_output())}))
+
+
+# --- stored responses ----------------------------------------------------------------------------
+
+
+_KEEPS_STATUS = frozenset({"completed", "incomplete"})
+_TERMINAL = frozenset({"response.completed", "response.incomplete"})
+_ID_PREFIX = {"message": "msg_", "function_call": "fc_", "reasoning": "rs_"}
+
+
+class _Stored:
+    """The Responses API's stored state, as wire JSON (:class:`StoredResponses`): see
+    docs/translation.md#stored-responses. The official shapes: ``GET /v1/responses/{id}`` answers
+    the response object, ``DELETE`` ``{"id", "object": "response", "deleted": true}``,
+    ``GET …/input_items`` a cursor list (``data``, ``first_id``, ``last_id``, ``has_more``)."""
+
+    def references(self, body: JSON) -> References:
+        obj = expect_object(body, "")
+        previous = obj.get("previous_response_id")
+        if previous is not None and not isinstance(previous, str):
+            raise DialectError("must be a string", "previous_response_id")
+        store = obj.get("store")
+        if store is not None and not isinstance(store, bool):
+            raise DialectError("must be a boolean", "store")
+        items: dict[str, None] = {}
+        raw = obj.get("input")
+        for i, item in enumerate(raw if isinstance(raw, list) else []):
+            if isinstance(item, dict) and item.get("type") == "item_reference":
+                ref = item.get("id")
+                if not isinstance(ref, str):
+                    raise DialectError("must be a string", f"input[{i}].id")
+                items[ref] = None
+        return References(previous or None, tuple(items), store is not False)
+
+    def expand(self, body: JSON, earlier: Sequence[JSON],
+               items: Mapping[str, JSON]) -> tuple[JSON, list[JSON]]:
+        obj = dict(expect_object(body, ""))
+        obj.pop("previous_response_id", None)
+        raw = obj.get("input")
+        own: list[JSON]
+        if isinstance(raw, str):
+            own = [{"type": "message", "role": "user", "content": raw}]
+        elif isinstance(raw, list):
+            own = [items[item["id"]] if isinstance(item, dict)
+                   and item.get("type") == "item_reference" else item for item in raw]
+        else:
+            own = []
+        if earlier or not isinstance(raw, str):  # a lone string stays one (its echo says so)
+            obj["input"] = [*earlier, *own]
+        return obj, [_kept_item(item) for item in own]
+
+    def mark(self, req: ChatRequest, previous: str | None, store: bool) -> None:
+        req.hints[_KEPT] = {"store": store, "previous_response_id": previous}
+
+    def finished(self, payload: JSON) -> StoredAnswer | None:
+        data = payload.data if isinstance(payload, Named) else payload
+        if not isinstance(data, dict):
+            return None
+        if data.get("object") == "response":
+            response = data
+        elif data.get("type") in _TERMINAL and isinstance(data.get("response"), dict):
+            response = data["response"]
+        else:
+            return None
+        rid, output = response.get("id"), response.get("output")
+        if response.get("status") not in _KEEPS_STATUS or not isinstance(rid, str) \
+                or not isinstance(output, list):
+            return None
+        return StoredAnswer(rid, response, [_with_id(item) for item in output])
+
+    def not_found(self, what: str, ident: str) -> ChatError:
+        if what == "response":
+            return ChatError(400, f"Previous response with id '{ident}' not found.",
+                             code="previous_response_not_found", type="invalid_request_error",
+                             param="previous_response_id")
+        if what == "item":
+            return ChatError(404, f"Item with id '{ident}' not found.",
+                             type="invalid_request_error", param="input")
+        return ChatError(404, f"Response with id '{ident}' not found.",
+                         type="invalid_request_error")
+
+    def deleted(self, ident: str) -> JSON:
+        return {"id": ident, "object": "response", "deleted": True}
+
+    def item_list(self, items: Sequence[JSON], has_more: bool) -> JSON:
+        first = items[0].get("id") if items and isinstance(items[0], dict) else None
+        last = items[-1].get("id") if items and isinstance(items[-1], dict) else None
+        return {"object": "list", "data": list(items), "first_id": first, "last_id": last,
+                "has_more": has_more}
+
+
+def _with_id(item: JSON) -> JSON:
+    if not isinstance(item, dict) or isinstance(item.get("id"), str):
+        return item
+    kind = item.get("type", "message")
+    return {"id": _new_id(_ID_PREFIX.get(str(kind), "item_")), **item}
+
+
+def _kept_item(item: JSON) -> JSON:
+    """An input item as ``input_items`` lists it: typed, with an id and a status (the SDKs'
+    item types require both), a message's text as parts."""
+    if not isinstance(item, dict):
+        return item
+    item = {**item, "status": item.get("status") or "completed"}
+    if item.get("type", "message") == "message":
+        role = item.get("role")
+        content = item.get("content")
+        if isinstance(content, str):
+            kind = _text_kind(str(role))
+            part: dict[str, JSON] = {"type": kind, "text": content}
+            if kind == "output_text":
+                part["annotations"] = []
+            content = [part]
+        item = {**item, "type": "message", "content": content}
+    return _with_id(item)
+
+
+OpenAIResponsesDialect.stored_responses = _Stored()

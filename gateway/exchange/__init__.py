@@ -21,8 +21,9 @@ from gateway.canonical import ChatError
 from gateway.dialects import Dialect
 from gateway.exchange.answer import Answerer, ClientGone, error_response
 from gateway.exchange.attempts import AttemptContext, AttemptLog, run_attempts
-from gateway.exchange.client import Refused, read_chat_request, request_id_of
+from gateway.exchange.client import Keep, Refused, read_chat_request, request_id_of
 from gateway.exchange.headers import upstream_headers
+from gateway.exchange.kept import KeptStore
 from gateway.exchange.outcome import NONE, Outcome, outcome_of, record
 from gateway.exchange.sink import AiohttpSink, SinkFactory
 from gateway.forwarding import client_address
@@ -51,6 +52,8 @@ class Env:
     """OpenTelemetry, when configured (:mod:`gateway.tracing`); ``None`` costs nothing."""
     sink: SinkFactory = AiohttpSink
     """How each answer is written (:mod:`.sink`); a test passes one that watches or fails."""
+    responses: KeptStore | None = None
+    """Stored responses kept by the gateway (``responses_store``), when configured."""
 
 
 async def serve(request: ClientRequest, env: Env, runtime: Runtime,
@@ -69,8 +72,12 @@ async def serve(request: ClientRequest, env: Env, runtime: Runtime,
     model: str | None = None
     try:
         try:
-            req = await read_chat_request(request, entry, runtime.config)
+            keep = Keep(runtime, env.responses, env.log, request_id) \
+                if entry.responses_state is not None else None  # (most routes: nothing built)
+            req, keeping = await read_chat_request(request, entry, runtime.config, keep)
             stream, model = req.stream, req.model
+            if keeping is not None:  # the finished answer is kept before it goes out
+                sink = answerer.sink = keeping.sink(sink, entry)
             ctx = AttemptContext(
                 entry.config, runtime.states, runtime.config.health, env.transport,
                 env.balancer, _headers_for(request, runtime, request_id), answerer.answer,

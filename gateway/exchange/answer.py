@@ -179,7 +179,9 @@ class Answerer:
         # Same dialect both sides (a round trip is exact) and nothing of the client's to put in:
         # its state echoed to it, the upstream's state written in the spelling the client used,
         # a shape its route's options ask for, or the context its dialect's answers always carry.
+        # (an answer the gateway keeps says so itself: rendered, never passed on as it came)
         same = (dialect is self.client and not self.entry.config.model_extra
+                and self.entry.responses_state != "gateway"
                 and (req.session_state is None if resp.session_state is None
                      else "session_key" not in req.hints)
                 and (resp.context is not None or dialect.capabilities.answer_context is None))

@@ -5,6 +5,9 @@ Every refusal is a :class:`Refused` carrying the error the client gets, in its o
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from aiohttp import web
 
 from gateway.auth import accepted_key
@@ -12,11 +15,12 @@ from gateway.canonical import ChatError, ChatRequest, random_hex
 from gateway.config import GatewayConfig
 from gateway.edge import BodyTimeout
 from gateway.errors import ParseError
+from gateway.exchange.kept import Keeping, KeptStore, Refusal, Resolved, resolve
 from gateway.incoming import ClientRequest
 from gateway.pipeline import parse_body
-from gateway.runtime import RouteEntry
+from gateway.runtime import RouteEntry, Runtime
 
-__all__ = ["Refused", "read_chat_request", "request_id_of"]
+__all__ = ["Keep", "Refused", "read_chat_request", "request_id_of"]
 
 
 class Refused(Exception):
@@ -36,9 +40,21 @@ def request_id_of(request: ClientRequest) -> str:
     return random_hex()
 
 
-async def read_chat_request(request: ClientRequest, entry: RouteEntry,
-                            config: GatewayConfig) -> ChatRequest:
-    """The client's request in canonical form, or :class:`Refused`."""
+@dataclass(frozen=True, slots=True)
+class Keep:
+    """What resolving stored references needs (:mod:`gateway.exchange.kept`)."""
+
+    runtime: Runtime
+    store: KeptStore | None
+    log: Any
+    request_id: str
+
+
+async def read_chat_request(request: ClientRequest, entry: RouteEntry, config: GatewayConfig,
+                            keep: Keep | None = None) -> tuple[ChatRequest, Keeping | None]:
+    """The client's request in canonical form (its stored references resolved, with ``keep``,
+    on a route that keeps state at the gateway) and what keeps its answer, or
+    :class:`Refused`."""
     if request.method != "POST":
         raise Refused(ChatError(405, f"{request.method} is not allowed here; use POST",
                                 code="METHOD_NOT_ALLOWED"), {"Allow": "POST, OPTIONS"})
@@ -47,10 +63,20 @@ async def read_chat_request(request: ClientRequest, entry: RouteEntry,
         raise Refused(ChatError(401, "a valid API key is required", code="UNAUTHORIZED",
                                 type="authentication_error"))
     raw = await _read_body(request, config.server.max_body_bytes)
+    resolved: Resolved | None = None
     try:
-        req = entry.client.parse_request(parse_body(raw))
+        body = parse_body(raw)
+        if keep is not None and entry.responses_state is not None:
+            resolved = await resolve(request, entry, keep.runtime, body, keep.store, keep.log,
+                                     keep.request_id)
+            body = resolved.body
+        req = entry.client.parse_request(body)
     except ParseError as e:
         raise Refused(ChatError(400, f"invalid request: {e}", param=e.where or None)) from None
+    except Refusal as r:
+        raise Refused(r.error) from None
+    if resolved is not None:
+        resolved.marked(req)
     req.stream = _wants_stream(request, entry, req)
     req.options = entry.options
     if req.session_state is None and entry.config.mint_session_state:
@@ -59,7 +85,7 @@ async def read_chat_request(request: ClientRequest, entry: RouteEntry,
         # (pipeline.with_session_echo, StreamTranslator), and an upstream's own state wins.
         req.session_state = random_hex()
         req.session_minted = True
-    return req
+    return req, resolved.keeping if resolved is not None else None
 
 
 async def _read_body(request: ClientRequest, limit: int) -> bytes:

@@ -326,6 +326,11 @@ class HistoryStore:
             return bool(result.rowcount)
         return await self._call("delete", work, write=True)
 
+    async def call(self, op: str, work: Work[T], *, write: bool) -> T:
+        """``work`` (a function of a ``Connection``) in one transaction, as every operation
+        here runs: for the other tables of this database (:mod:`gateway.history.responses`)."""
+        return await self._call(op, work, write=write)
+
     # --- plumbing -------------------------------------------------------------------------
 
     async def _run(self, work: Work[T], *, write: bool) -> T:

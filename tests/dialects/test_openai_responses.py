@@ -44,6 +44,7 @@ from gateway.canonical import (
     context_with_citations,
 )
 from gateway.dialects import get
+from gateway.dialects.stored import stored_responses_of
 from gateway.errors import DialectError
 from gateway.framing import encoder_for
 from gateway.pipeline import (
@@ -610,10 +611,10 @@ def test_same_dialect_keeps_what_it_does_not_map() -> None:
 
 
 @pytest.mark.parametrize(("body", "where"), [
-    ({"input": "x", "previous_response_id": "resp_1"}, "previous_response_id"),
+    ({"input": "x", "previous_response_id": 1}, "previous_response_id"),
     ({"input": "x", "conversation": "conv_1"}, "conversation"),
     ({"input": "x", "background": True}, "background"),
-    ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0]"),
+    ({"input": [{"type": "item_reference", "id": 1}]}, "input[0].id"),
     ({"model": 3, "input": "x"}, "model"),
     ({"input": 3}, "input"),
     ({}, "input"),
@@ -630,6 +631,14 @@ def test_bad_requests_name_the_field(body: dict[str, Any], where: str) -> None:
     with pytest.raises(DialectError) as caught:
         D.parse_request(body)
     assert caught.value.where == where
+
+
+def test_stored_references_go_on_to_a_responses_upstream_as_they_came() -> None:
+    # (where the gateway keeps the state instead, the exchange resolves them before parsing)
+    body = {"model": "m", "previous_response_id": "resp_1", "store": True,
+            "input": [{"type": "item_reference", "id": "msg_1"},
+                      {"type": "message", "role": "user", "content": "next"}]}
+    assert D.render_request(D.parse_request(body), stream=False, model=None) == body
 
 
 def test_store_alone_is_accepted() -> None:
@@ -845,3 +854,56 @@ def test_json_mode_and_the_answer_echoes_the_format() -> None:
     answer = D.render_response(ChatResponse([AssistantMessage("{}")]), req)
     assert answer["text"] == {"format": {"type": "json_object"}}
     TypeAdapter(Response).validate_python(answer)
+
+
+# --- stored responses: the wire side (the gateway keeps them: tests/test_stored_responses.py) ---
+
+_STORED = stored_responses_of(D)
+assert _STORED is not None
+STORED = _STORED
+
+
+def test_references_are_read_once_each_in_order() -> None:
+    refs = STORED.references({"previous_response_id": "resp_1", "store": False, "input": [
+        {"type": "item_reference", "id": "msg_2"}, {"role": "user", "content": "x"},
+        {"type": "item_reference", "id": "fc_3"}, {"type": "item_reference", "id": "msg_2"}]})
+    assert (refs.previous, refs.items, refs.store) == ("resp_1", ("msg_2", "fc_3"), False)
+    assert not STORED.references({"input": "x"}) and STORED.references({"input": "x"}).store
+    with pytest.raises(DialectError) as caught:
+        STORED.references({"input": [{"type": "item_reference"}]})
+    assert caught.value.where == "input[0].id"
+
+
+def test_expand_puts_the_conversation_first_and_items_in_place() -> None:
+    earlier = [{"id": "msg_0", "type": "message", "role": "user", "content": "hi"}]
+    kept = {"id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
+            "content": [{"type": "output_text", "text": "hello", "annotations": []}]}
+    body, own = STORED.expand({"model": "m", "previous_response_id": "resp_1", "input": [
+        {"type": "item_reference", "id": "msg_1"}, {"role": "user", "content": "more"}]},
+        earlier, {"msg_1": kept})
+    assert body == {"model": "m", "input": [*earlier, kept, {"role": "user", "content": "more"}]}
+    assert own[0] == kept
+    assert own[1]["type"] == "message" and own[1]["id"].startswith("msg_")
+    assert own[1]["content"] == [{"type": "input_text", "text": "more"}]
+    # a lone string with nothing before it stays a string (its echo says so)
+    assert STORED.expand({"input": "x"}, [], {})[0] == {"input": "x"}
+
+
+def test_only_a_finished_answer_is_kept() -> None:
+    done = {"id": "resp_1", "object": "response", "status": "completed",
+            "output": [{"type": "message", "role": "assistant", "content": []}]}
+    answer = STORED.finished(done)
+    assert answer is not None and answer.id == "resp_1" and answer.output[0]["id"]
+    assert STORED.finished({"type": "response.incomplete",
+                            "response": {**done, "status": "incomplete"}}) is not None
+    for not_kept in ({**done, "status": "failed"}, {"type": "response.failed", "response": done},
+                     {"type": "response.output_text.delta", "delta": "x"}, {"error": {}}):
+        assert STORED.finished(not_kept) is None
+
+
+def test_the_errors_are_the_apis_own() -> None:
+    prev = STORED.not_found("response", "resp_1")
+    assert (prev.status, prev.code, prev.param) == (400, "previous_response_not_found",
+                                                   "previous_response_id")
+    assert STORED.not_found("item", "msg_1").status == STORED.not_found("stored", "r").status \
+        == 404
