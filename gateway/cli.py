@@ -25,6 +25,7 @@ from gateway.config import (
 )
 from gateway.dialects import DIALECTS, names
 from gateway.errors import ConfigError, GatewayError
+from gateway.runtime import unkept_references
 
 __all__ = ["main"]
 
@@ -183,11 +184,12 @@ def _check(path: str, no_env: bool) -> int:
     for name, data in configs:
         label = f"{path} ({name})" if name else path
         from_env: list[str] = []
+        notes: list[tuple[str, str]] = []
         try:
             if no_env:
                 from_env = check_structure(data)
             else:
-                parse_config(data)
+                notes.extend(unkept_references(parse_config(data)))
         except ConfigError as e:
             _print_problems(label, e)
             failed = True
@@ -195,6 +197,8 @@ def _check(path: str, no_env: bool) -> int:
         print(f"{label}: ok ({len(data['routes'])} routes, {len(data['upstreams'])} upstreams)")
         for where, note in retired_settings(data):
             print(f"  warning: {where}: {note}")
+        for where, note in notes:
+            print(f"  note: {where}: {note}")
         if from_env:
             print(f"  not checked, read from the environment at load: {', '.join(from_env)}")
     return 1 if failed else 0

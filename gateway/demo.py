@@ -68,6 +68,11 @@ def demo_config(host: str = "127.0.0.1", port: int = 8080) -> dict[str, Any]:
         "history": {"path": "/chat-history", "store": "sqlite:///${CHAT_GATEWAY_DEMO_HISTORY:-"
                     + str(Path(tempfile.gettempdir()) / "chat-gateway-demo" / "history.db")
                     + "}"},
+        # Stored answers of the stateful client APIs (docs/translation.md#stored-responses), so
+        # that clients relying on the API's default (``store`` true) run their tool loops.
+        "responses_store": {"store": "sqlite:///${CHAT_GATEWAY_DEMO_HISTORY:-"
+                            + str(Path(tempfile.gettempdir()) / "chat-gateway-demo"
+                                  / "history.db") + "}"},
         "upstreams": upstreams,
         "routes": routes,
     }

@@ -93,5 +93,23 @@ def _responses_state(config: GatewayConfig, route: RouteConfig,
     return "gateway" if other else "upstream"
 
 
+def unkept_references(config: GatewayConfig) -> list[tuple[str, str]]:
+    """``(where, note)`` for each route whose clients' stored answers nobody can keep: its
+    dialect's API keeps answers, an upstream speaks another dialect and the config has no
+    ``responses_store``, so references to earlier answers are refused. ``check`` prints them:
+    clients that rely on the API's default (``store`` true) need the section."""
+    notes = []
+    for i, route in enumerate(config.routes):
+        client = get(route.dialect)
+        if stored_responses_of(client) is None or config.responses_store is not None \
+                or route.responses_state is not None:
+            continue
+        if any(config.upstreams[u.name].dialect != client.name for u in route.upstreams):
+            notes.append((f"routes[{i}]", "answers are not kept, so previous_response_id and "
+                          "item_reference are refused: add a responses_store section to keep "
+                          "them (docs/translation.md#stored-responses)"))
+    return notes
+
+
 def normalize_path(path: str) -> str:
     return path.rstrip("/") or "/"

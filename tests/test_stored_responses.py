@@ -7,11 +7,14 @@ a cut stream is not kept; retention hides, then purges, what is too old."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import openai
+import orjson
 import pytest
 from aiohttp.test_utils import TestClient
 from history_support import StoreUnderTest
@@ -341,3 +344,24 @@ def test_retention_reads_a_duration(given: Any, seconds: float) -> None:
            "responses_store": {"retention": given}}
     section = parse_config(cfg, env={}).responses_store
     assert section is not None and section.retention == seconds
+
+
+def test_check_notes_a_route_whose_answers_nobody_keeps(tmp_path: Any) -> None:
+    from gateway.cli import main
+
+    cfg = {"upstreams": {up: {"dialect": up, "url": f"http://127.0.0.1:9/{up}"}
+                         for up in TOOL_UPSTREAMS[:1]},
+           "routes": [{"path": "/v1/responses", "dialect": KEEPING,
+                       "upstream": TOOL_UPSTREAMS[0]}]}
+    path = tmp_path / "gateway.yaml"
+    path.write_bytes(orjson.dumps(cfg))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["check", "--config", str(path)]) == 0
+    assert "note: routes[0]: answers are not kept" in out.getvalue()
+    cfg["responses_store"] = {"store": f"sqlite:///{tmp_path}/kept.db"}
+    path.write_bytes(orjson.dumps(cfg))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["check", "--config", str(path)]) == 0
+    assert "note:" not in out.getvalue()
