@@ -12,7 +12,7 @@ from wire import WORD, WireError, sse, sse_data
 
 NAME = "ai-sdk-ui"
 SHORT = "aisdk"
-MOCK_PATH = "/api/chat"
+MOCK_PATH = "/api/ui-chat"
 STREAM_SUFFIX = ""
 STREAM_CONTENT_TYPE = "text/event-stream"
 UPSTREAM: dict[str, Any] = {}

@@ -540,7 +540,7 @@ class AISDKUIDialect(SamplesFromPackage):
     text_path: TextPath | None = ("delta",)
     stream_path: str | None = None
     stream_by_accept = False
-    default_path = "/api/chat"
+    default_path = "/api/ui-chat"
     route_options = None
     models_path: str | None = None
     models_header: str | None = None
