@@ -178,6 +178,43 @@ def _usage_in(metadata: JSON) -> Usage | None:
     return None if usage.total_tokens is None else usage
 
 
+# --- reasoning's provider metadata ---------------------------------------------------------------
+
+
+def reasoning_metadata(r: Reasoning) -> dict[str, JSON] | None:
+    """A reasoning part's ``providerMetadata``: the signature or redacted data under the name of
+    the dialect that issued it, the key and fields the SDK's own Anthropic provider uses
+    (``{"anthropic": {"signature"}}``, ``redactedData``), so that the reasoning goes back to it."""
+    if r.dialect is None or (r.signature is None and r.redacted is None):
+        return None
+    mine: dict[str, JSON] = {}
+    if r.signature is not None:
+        mine["signature"] = r.signature
+    if r.redacted is not None:
+        mine["redactedData"] = r.redacted
+    return {r.dialect: mine}
+
+
+def reasoning_of(text: str, meta: JSON) -> Reasoning:
+    if isinstance(meta, dict):
+        for issuer, value in meta.items():
+            if isinstance(value, dict):
+                sig, redacted = value.get("signature"), value.get("redactedData")
+                if isinstance(sig, str) or isinstance(redacted, str):
+                    return Reasoning(text, sig if isinstance(sig, str) else None,
+                                     redacted if isinstance(redacted, str) else None,
+                                     dialect=str(issuer))
+    return Reasoning(text)
+
+
+def _reasoning_part(r: Reasoning, **extra: JSON) -> dict[str, JSON]:
+    part: dict[str, JSON] = {"type": "reasoning", "text": r.text, **extra}
+    meta = reasoning_metadata(r)
+    if meta is not None:
+        part["providerMetadata"] = meta
+    return part
+
+
 # --- sources and data parts ----------------------------------------------------------------------
 
 
@@ -297,10 +334,10 @@ class _Steps:
             self.flush()
         self._text.append(text)
 
-    def reasoning(self, text: str) -> None:
+    def reasoning(self, r: Reasoning) -> None:
         if self._calls or self._text:
             self.flush()
-        self._reasoning.append(Reasoning(text))
+        self._reasoning.append(r)
 
     def tool(self, part: dict[str, JSON], name: str, where: str) -> None:
         state, cid = part.get("state"), part.get("toolCallId")
@@ -343,7 +380,7 @@ def _assistant_messages(parts: list[JSON], where: str) -> tuple[list[Message], J
             if kind == "text":
                 steps.text(text)
             else:
-                steps.reasoning(text)
+                steps.reasoning(reasoning_of(text, p.get("providerMetadata")))
         elif kind == "step-start":
             steps.flush()
         elif kind == "dynamic-tool" or kind.startswith("tool-"):
@@ -455,7 +492,7 @@ def _render_messages(messages: list[Message], same: bool) -> list[JSON]:
             continue
         if m.role == "assistant":
             parts: list[JSON] = [{"type": "step-start"}]
-            parts += [{"type": "reasoning", "text": r.text} for r in m.reasoning if r.text]
+            parts += [_reasoning_part(r) for r in m.reasoning if r.text or r.redacted]
             parts += [p for p in _render_content(m.content)]
             parts += [_tool_part(c) for c in m.tool_calls]
             if open_assistant is not None:
@@ -499,8 +536,8 @@ def _attach_result(out: list[dict[str, Any]], assistant: dict[str, Any] | None, 
 def _message_parts(resp: ChatResponse) -> list[JSON]:
     parts: list[JSON] = [{"type": "step-start"}]
     for r in resp.reasoning:
-        if r.text:
-            parts.append({"type": "reasoning", "text": r.text, "state": "done"})
+        if r.text or r.redacted:
+            parts.append(_reasoning_part(r, state="done"))
     text = resp.text
     if text:
         parts.append({"type": "text", "text": text, "state": "done"})
@@ -796,6 +833,12 @@ class _Decoder:
                 if delta:
                     events.append(TextDelta(delta) if kind == "text-delta"
                                   else ReasoningDelta(delta))
+            case "reasoning-start" | "reasoning-end":
+                signed = reasoning_of("", payload.get("providerMetadata"))
+                if signed.dialect is not None:
+                    events.append(ReasoningDelta(signature=signed.signature,
+                                                 redacted=signed.redacted,
+                                                 dialect=signed.dialect))
             case "tool-input-start" | "tool-input-delta" | "tool-input-available":
                 self._tool_input(kind, payload)
             case "tool-output-available" | "tool-output-error" | "tool-output-denied":
@@ -863,8 +906,8 @@ def _chunk(obj: dict[str, JSON]) -> bytes:
 
 
 class _Encoder:
-    __slots__ = ("_agent", "_block", "_block_kind", "_calls", "_closed", "_n", "_model", "_mid",
-                 "_sources", "_spoke", "_started", "_state", "_data")
+    __slots__ = ("_agent", "_block", "_block_kind", "_calls", "_closed", "_data", "_mid",
+                 "_model", "_n", "_signed", "_sources", "_spoke", "_started", "_state")
 
     def __init__(self, message_id: str | None, model: str | None) -> None:
         self._mid = message_id
@@ -873,6 +916,8 @@ class _Encoder:
         self._closed = False
         self._block: str | None = None
         self._block_kind = ""
+        self._signed: Reasoning | None = None
+        """The open reasoning block's signature or redacted data (sent with its end)."""
         self._n = 0
         self._calls: dict[int, list[str]] = {}
         """Open tool calls by index: [id, name, arguments so far]."""
@@ -899,12 +944,15 @@ class _Encoder:
     def _close(self) -> list[Payload]:
         if self._block is None:
             return []
-        out = [_chunk({"type": f"{self._block_kind}-end", "id": self._block})]
-        self._block = None
-        return out
+        end: dict[str, JSON] = {"type": f"{self._block_kind}-end", "id": self._block}
+        meta = reasoning_metadata(self._signed) if self._signed is not None else None
+        if meta is not None:
+            end["providerMetadata"] = meta
+        self._block, self._signed = None, None
+        return [_chunk(end)]
 
     def _open(self, kind: str) -> list[Payload]:
-        if self._block is not None and self._block_kind == kind:
+        if self._block is not None and self._block_kind == kind and self._signed is None:
             return []
         out = self._close()
         self._n += 1
@@ -955,10 +1003,16 @@ class _Encoder:
                 return out
             case ReasoningDelta():
                 out = self._start()
-                if event.text:
+                if event.text or (event.redacted is not None and event.dialect is not None):
                     out += self._open("reasoning")
+                if event.text:
                     out.append(_chunk({"type": "reasoning-delta", "id": self._block,
                                        "delta": event.text}))
+                if event.dialect is not None and (event.signature or event.redacted):
+                    if self._block is None or self._block_kind != "reasoning":
+                        out += self._open("reasoning")
+                    self._signed = Reasoning(signature=event.signature, redacted=event.redacted,
+                                             dialect=event.dialect)
                 return out
             case ToolCallStart():
                 out = self._start() + self._close()
