@@ -58,13 +58,21 @@ async function chat(req, res) {
     : (lastUser?.content ?? []).filter((p) => p.type === "text").map((p) => p.text).join("");
   const turn = (typeof body.sessionState === "number" ? body.sessionState : 0) + 1;
   const stream = createUIMessageStream({
+    onError: (e) => (e instanceof Error ? e.message : String(e)),
     execute: ({ writer }) => {
       writer.write({ type: "source-url", sourceId: "https://example.com/doc",
                      url: "https://example.com/doc", title: "The doc" });
       writer.write({ type: "data-session-state", id: "session-state", data: turn });
-      const result = streamText({ model: model(`You said: ${said}`), messages: modelMessages });
+      // this SDK takes a system prompt as `instructions`, never among the messages
+      const system = modelMessages.filter((m) => m.role === "system").map((m) => m.content);
+      const result = streamText({
+        model: model(`You said: ${said}`),
+        instructions: system.length ? system.join("\n") : undefined,
+        messages: modelMessages.filter((m) => m.role !== "system"),
+      });
       writer.merge(result.toUIMessageStream({
         sendStart: false,
+        onError: (e) => (e instanceof Error ? e.message : String(e)),
         messageMetadata: ({ part }) => (part.type === "finish" ? { usage: {
           inputTokens: part.totalUsage.inputTokens, outputTokens: part.totalUsage.outputTokens,
           totalTokens: part.totalUsage.totalTokens } } : undefined),

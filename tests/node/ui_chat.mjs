@@ -1,10 +1,11 @@
 // A useChat conversation without React: the `ai` package's AbstractChat with a plain state
 // holder (what @ai-sdk/react's Chat adds is only React's re-rendering) and its
 // DefaultChatTransport, against GATEWAY_URL. PLAN (JSON) gives the user's turns, the tools the
-// transport's body names, and the output the client's tool returns; the tool runs in onToolCall
-// (no `execute` on any server) and the answer is sent back automatically, as a useChat app does
-// with sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithToolCalls.
-// Prints {messages, status, error, requests}: what the library holds after every turn.
+// transport's body names, the route of each request and the output the client's tool returns;
+// the tool runs in onToolCall (no `execute` on any server) and its output goes back
+// automatically, as a useChat app does with sendAutomaticallyWhen:
+// lastAssistantMessageIsCompleteWithToolCalls.
+// Prints {messages, turns, requests, toolCalls}: what the library holds and sent.
 import {
   AbstractChat,
   DefaultChatTransport,
@@ -30,9 +31,12 @@ class Chat extends AbstractChat {
 const plan = JSON.parse(process.env.PLAN);
 const requests = [];
 const toolCalls = [];
+// the route of each request in turn (`routes`, the last one for any later request), or `route`
+const routeOf = (n) => plan.routes ? plan.routes[Math.min(n, plan.routes.length - 1)] : plan.route;
 const transport = new DefaultChatTransport({
-  api: process.env.GATEWAY_URL,
+  api: process.env.GATEWAY_URL + plan.route,
   body: plan.body ?? {},
+  prepareSendMessagesRequest: () => ({ api: process.env.GATEWAY_URL + routeOf(requests.length) }),
   fetch: async (url, init) => { requests.push(JSON.parse(init.body)); return fetch(url, init); },
 });
 let chat;
