@@ -343,7 +343,7 @@ class _Steps:
         state, cid = part.get("state"), part.get("toolCallId")
         if not isinstance(cid, str) or not cid:
             raise DialectError("must be a non-empty string", f"{where}.toolCallId")
-        if state not in _CALL_STATES:
+        if not isinstance(state, str) or state not in _CALL_STATES:
             return  # input still streaming: no call was made yet
         self._calls.append(ToolCall(cid, name, _args_text(part.get("input", {}))))
         if state == "output-available":
@@ -398,7 +398,7 @@ def _parse_messages(raw: list[JSON]) -> tuple[list[Message], JSON, bool]:
         where = f"messages[{i}]"
         obj = expect_object(m, where)
         role, parts = obj.get("role"), obj.get("parts")
-        if role not in _ROLES:
+        if not isinstance(role, str) or role not in _ROLES:
             raise DialectError("must be system, user or assistant", f"{where}.role")
         if not isinstance(parts, list):
             raise DialectError(f"must be a list, not {kind_of(parts)}", f"{where}.parts")
@@ -756,14 +756,18 @@ class _Call:
 
 
 class _Decoder:
-    """Chunks to canonical events. Tool calls wait for the end of their step: a call whose
-    output arrives in the same step is the backend's own and is not passed on."""
+    """Chunks to canonical events. The start waits for the first chunk of content, so that the
+    sources and data parts a backend sends before its text (a RAG backend's) arrive with it.
+    Tool calls wait for the end of their step: a call whose output arrives in the same step is
+    the backend's own and is not passed on."""
 
-    __slots__ = ("_calls", "_citations", "_ended", "_finished", "_meta", "_reason", "_sent",
-                 "_started")
+    __slots__ = ("_calls", "_citations", "_ended", "_finished", "_meta", "_pending", "_reason",
+                 "_sent", "_started")
 
     def __init__(self) -> None:
         self._started = False
+        self._pending: StreamStart | None = None
+        """The start, with what came before the content, until the content begins."""
         self._ended = False
         self._finished = False
         self._reason: str | None = None
@@ -772,10 +776,23 @@ class _Decoder:
         self._sent = 0
         self._citations: list[Citation] = []
 
-    def _start(self, events: list[StreamEvent], mid: JSON = None) -> None:
-        if not self._started:
-            self._started = True
-            events.append(StreamStart(id=mid if isinstance(mid, str) else None))
+    def _start(self) -> list[StreamEvent]:
+        if self._started:
+            return []
+        self._started = True
+        start, self._pending = self._pending or StreamStart(), None
+        return [start]
+
+    def _context(self, context: JSON = None, state: JSON = None,
+                 has_state: bool = False) -> list[StreamEvent]:
+        if self._started:
+            return [ContextUpdate(context, state)]
+        start = self._pending = self._pending or StreamStart()
+        if context is not None:
+            start.context = merge_context(start.context, context)
+        if has_state:
+            start.session_state = state
+        return []
 
     def _metadata(self, meta: JSON) -> None:
         if isinstance(meta, dict):
@@ -798,16 +815,15 @@ class _Decoder:
     def _finish(self) -> list[StreamEvent]:
         self._ended = True
         reason = self._reason or ("tool_calls" if self._sent else "stop")
-        return [StreamFinish(reason, _usage_in(self._meta))]
+        return [*self._start(), *self._flush_calls(),
+                StreamFinish(reason, _usage_in(self._meta))]
 
     def decode(self, payload: Any) -> list[StreamEvent]:
         if self._ended:
             return []
-        events: list[StreamEvent] = []
         if isinstance(payload, RawData):
             if payload.text.strip() == "[DONE]":
-                self._start(events)
-                return [*events, *self._flush_calls(), *self._finish()]
+                return self._finish()
             raise DialectError("an event's data is not JSON", "stream")
         if not isinstance(payload, dict):
             raise DialectError("a chunk must be an object", "stream")
@@ -819,54 +835,69 @@ class _Decoder:
             text = payload.get("errorText") if kind == "error" else payload.get("reason")
             message = text if isinstance(text, str) and text else (
                 "the upstream aborted the answer" if kind == "abort" else "upstream error")
-            return [StreamError(message)]
+            before = self._start() if self._pending is not None else []
+            return [*before, StreamError(message)]
         if self._finished:
             return []  # after finish, only [DONE] or the body's end matter
-        self._start(events, payload.get("messageId") if kind == "start" else None)
         match kind:
             case "start":
+                mid = payload.get("messageId")
+                self._context()
+                if self._pending is not None and isinstance(mid, str):
+                    self._pending.id = mid
                 self._metadata(payload.get("messageMetadata"))
+                model = self._meta.get("model")
+                if self._pending is not None and isinstance(model, str):
+                    self._pending.model = model
+                return []
             case "text-delta" | "reasoning-delta":
                 delta = payload.get("delta")
                 if not isinstance(delta, str):
                     raise DialectError("a delta must be a string", "stream")
-                if delta:
-                    events.append(TextDelta(delta) if kind == "text-delta"
-                                  else ReasoningDelta(delta))
+                if not delta:
+                    return []
+                return [*self._start(), TextDelta(delta) if kind == "text-delta"
+                        else ReasoningDelta(delta)]
             case "reasoning-start" | "reasoning-end":
                 signed = reasoning_of("", payload.get("providerMetadata"))
-                if signed.dialect is not None:
-                    events.append(ReasoningDelta(signature=signed.signature,
-                                                 redacted=signed.redacted,
-                                                 dialect=signed.dialect))
+                if signed.dialect is None:
+                    return []
+                return [*self._start(), ReasoningDelta(signature=signed.signature,
+                                                       redacted=signed.redacted,
+                                                       dialect=signed.dialect)]
             case "tool-input-start" | "tool-input-delta" | "tool-input-available":
                 self._tool_input(kind, payload)
+                return []
             case "tool-output-available" | "tool-output-error" | "tool-output-denied":
                 call = self._calls.get(str(payload.get("toolCallId")))
                 if call is not None:
                     call.ran = True
+                return []
             case "source-url" | "source-document":
                 c = _citation(payload)
-                if c is not None:
-                    self._citations.append(c)
-                    events.append(ContextUpdate(context_with_citations(list(self._citations))))
+                if c is None:
+                    return []
+                self._citations.append(c)
+                return self._context(context_with_citations(list(self._citations)))
             case "finish-step":
-                events.extend(self._flush_calls())
+                calls = self._flush_calls()
+                return [*self._start(), *calls] if calls else []
             case "finish":
                 self._finished = True
                 reason = payload.get("finishReason")
                 self._reason = _finish_in(reason) if isinstance(reason, str) else None
                 self._metadata(payload.get("messageMetadata"))
-                events.extend(self._flush_calls())
+                calls = self._flush_calls()
+                return [*self._start(), *calls] if calls else []
             case "message-metadata":
                 self._metadata(payload.get("messageMetadata"))
+                return []
             case _ if kind == SESSION:
-                events.append(ContextUpdate(session_state=payload.get("data")))
+                return self._context(state=payload.get("data"), has_state=True)
             case _ if kind in (FOLLOWUPS, THOUGHTS):
-                events.append(ContextUpdate(_context_of_data(kind, payload.get("data"))))
+                return self._context(_context_of_data(kind, payload.get("data")))
             case _:
-                pass  # block starts and ends, steps, files, the app's own data parts
-        return events
+                return []  # block starts and ends, steps, files, the app's own data parts
 
     def _tool_input(self, kind: str, payload: dict[str, JSON]) -> None:
         cid = payload.get("toolCallId")
@@ -896,9 +927,9 @@ class _Decoder:
         if self._finished:
             return self._finish()  # tolerated: a finished answer without [DONE]
         self._ended = True
-        if not self._started:
+        if not self._started and self._pending is None:
             return [StreamError("the upstream stream ended before it began")]
-        return [StreamError("the upstream stream ended before it finished")]
+        return [*self._start(), StreamError("the upstream stream ended before it finished")]
 
 
 def _chunk(obj: dict[str, JSON]) -> bytes:
@@ -974,6 +1005,12 @@ class _Encoder:
                 self._data[str(part["type"])] = data
                 out.append(data)
         return out
+
+    def follow(self, payload: Any) -> None:
+        """:class:`gateway.dialects.base.StreamEncoder` ``follow``: the client was shown the
+        upstream's own chunks (an identity route), its ``start`` among them, so an error this
+        encoder writes after them starts nothing again."""
+        self._started = True
 
     def plain_texts(self, texts: list[bytes]) -> list[Payload] | None:
         """:meth:`gateway.dialects.base.StreamEncoder` ``plain_texts``: inside a text block."""
