@@ -578,6 +578,9 @@ class AISDKUIDialect(SamplesFromPackage):
     stream_path: str | None = None
     stream_by_accept = False
     default_path = "/api/ui-chat"
+    demo_page: str | None = "ai-sdk-chat.html"
+    """The demo's chat page built on this protocol's own client (``gateway/static/``): the demo
+    serves a route of this dialect to every demo backend, at ``default_path/<backend>``."""
     route_options = None
     models_path: str | None = None
     models_header: str | None = None
