@@ -37,7 +37,10 @@ const chat = new Chat({
     api: location.origin + "/api/ui-chat",
     prepareSendMessagesRequest: () => ({ api: location.origin + $("backend").value }),
   }),
-  onFinish: ({ message }) => { answeredBy.set(message.id, routes.get($("backend").value)); },
+  onFinish: ({ message }) => {
+    answeredBy.set(message.id, routes.get($("backend").value));
+    render();
+  },
   onError: () => {},
 });
 
@@ -91,14 +94,18 @@ function render() {
     const by = answeredBy.get(m.id);
     if (by) who.append(el("span", "backend", ` (${by})`));
     div.append(who);
+    // the answer first, then its sources, follow-ups and state (which a RAG backend sends first)
     const sources = el("div", "sources", "Sources: ");
+    const after = [];
     for (const p of m.parts) {
       const node = part(p);
       if (!node) continue;
       if (node.classList.contains("source")) sources.append(node, " ");
+      else if (p.type.startsWith("data-")) after.push(node);
       else div.append(node);
     }
     if (sources.childElementCount) div.append(sources);
+    div.append(...after);
     box.append(div);
   }
   const status = $("status");
