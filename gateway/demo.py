@@ -35,7 +35,8 @@ from gateway.framing import encoder_for
 from gateway.pipeline import events_from_response, parse_body
 
 __all__ = ["DEMO_BASE_PORT", "curl_commands", "demo_backend_app", "demo_backends",
-           "demo_config", "is_page_route", "page_dialects", "page_urls", "start_demo_backends"]
+           "demo_config", "is_page_route", "page_dialects", "page_of", "page_urls",
+           "start_demo_backends"]
 
 DEMO_BASE_PORT = 9001
 _TOKEN_DELAY = 0.04
@@ -77,21 +78,26 @@ def demo_config(host: str = "127.0.0.1", port: int = 8080) -> dict[str, Any]:
     }
 
 
+def page_of(d: Dialect) -> str | None:
+    """A dialect's chat page for the demo (optional ``demo_page``: a file of
+    ``gateway/static``, served at ``/static/<it>``), built on its own clients."""
+    page = getattr(d, "demo_page", None)
+    return page if isinstance(page, str) else None
+
+
 def page_dialects() -> list[Dialect]:
-    """The dialects that ship a chat page for the demo (``demo_page``: a file of
-    ``gateway/static``, served at ``/static/<it>``), built on their own clients."""
-    return [d for d in DIALECTS.values() if getattr(d, "demo_page", None)]
+    """The dialects that ship a chat page for the demo."""
+    return [d for d in DIALECTS.values() if page_of(d)]
 
 
 def page_urls(base: str) -> list[str]:
-    return [f"{base}/static/{getattr(d, 'demo_page')}" for d in page_dialects()]
+    return [f"{base}/static/{page_of(d)}" for d in page_dialects()]
 
 
 def is_page_route(route: Any) -> bool:
     """A route the demo serves for a chat page (one per backend), not a dialect's own."""
     d = get(route.dialect)
-    return getattr(d, "demo_page", None) is not None and route.path.startswith(
-        d.default_path + "/")
+    return page_of(d) is not None and route.path.startswith(d.default_path + "/")
 
 
 def curl_commands(config: Any, base: str) -> list[str]:

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestServer
-from cdp import Browser
+from cdp import Browser, Page
 
 import gateway.demo
 from gateway.app import create_app
 from gateway.config import parse_config
-from gateway.demo import demo_backend_app, demo_config, is_page_route, page_dialects
+from gateway.demo import demo_backend_app, demo_config, is_page_route, page_dialects, page_of
 from gateway.dialects import names
 
 STATIC = Path(gateway.demo.__file__).parent / "static"
@@ -29,7 +29,7 @@ PAGES = page_dialects()
 def test_some_dialect_ships_a_page_and_its_files_need_no_other_host() -> None:
     assert PAGES, "no dialect ships the demo's chat page"
     for d in PAGES:
-        page = (STATIC / str(getattr(d, "demo_page"))).read_text()
+        page = (STATIC / str(page_of(d))).read_text()
         assert "http://" not in page and "https://" not in page
         scripts = re.findall(r'src="([^"]+)"', page)
         for name in scripts:
@@ -41,6 +41,18 @@ def test_some_dialect_ships_a_page_and_its_files_need_no_other_host() -> None:
                 assert re.search(r"`ai` \d+\.\d+\.\d+ \(Apache-2\.0\)", head), head[:200]
                 assert (STATIC / imported.replace(".js", ".LICENSE.txt")).read_text().count(
                     "Apache License") >= 1
+
+
+async def ask(page: Page, route: Any, question: str, n: int) -> str:
+    """Pick the route's backend, ask, wait for the ``n``-th answer; its text."""
+    await page.eval(f"document.getElementById('backend').value = {route.path!r}")
+    await page.eval(f"document.getElementById('question').value = {question!r};"
+                    "document.getElementById('send').click()")
+    await page.wait_for("document.getElementById('status').textContent === 'ready' && "
+                        f"document.querySelectorAll('.message.assistant').length === {n}")
+    text: str = await page.eval("[...document.querySelectorAll('.message.assistant')].at(-1)"
+                                ".querySelector('.text').textContent")
+    return text
 
 
 @pytest.mark.timeout(120)
@@ -64,31 +76,18 @@ async def test_the_chat_page_switches_backends_in_chromium(aiohttp_client: Any,
                 routes = [r for r in config.routes if is_page_route(r) and r.dialect == d.name]
                 first, second = routes[0], routes[-1]
                 page = await browser.page(1100, 900)
-                await page.goto(f"{base}/static/{getattr(d, 'demo_page')}")
+                await page.goto(f"{base}/static/{page_of(d)}")
                 await page.wait_for("document.body.dataset.ready === 'yes'")
                 options = await page.eval(
                     "[...document.querySelectorAll('#backend option')].map(o => o.value)")
                 assert {r.path for r in routes} <= set(options)
 
-                async def ask(route: Any, question: str, n: int) -> str:
-                    await page.eval(f"document.getElementById('backend').value = "
-                                    f"{route.path!r}")
-                    await page.eval(f"document.getElementById('question').value = {question!r};"
-                                    "document.getElementById('send').click()")
-                    await page.wait_for(
-                        "document.getElementById('status').textContent === 'ready' && "
-                        f"document.querySelectorAll('.message.assistant').length === {n}")
-                    text: str = await page.eval(
-                        "[...document.querySelectorAll('.message.assistant')].at(-1)"
-                        ".querySelector('.text').textContent")
-                    return text
-
                 backend = config.upstreams[first.upstreams[0].name].dialect
-                said = await ask(first, "What is on the page?", 1)
+                said = await ask(page, first, "What is on the page?", 1)
                 assert said.startswith(f"Hello from the {backend} demo backend! "
                                        "You asked: \"What is on the page?\"")
                 other = config.upstreams[second.upstreams[0].name].dialect
-                said = await ask(second, "And now?", 2)
+                said = await ask(page, second, "And now?", 2)
                 assert said.startswith(f"Hello from the {other} demo backend! "
                                        "You asked: \"And now?\"")
                 # what the backends' answers carry, as the page shows it

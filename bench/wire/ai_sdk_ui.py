@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+
 from wire import WORD, WireError, sse, sse_data
 
 NAME = "ai-sdk-ui"

@@ -244,7 +244,7 @@ async def test_a_client_side_tool_round_trip_to_a_chat_completions_model(setup: 
     assert [t["status"] for t in got["turns"]] == ["ready", "ready"]
     assert [(c["toolName"], c["input"]) for c in got["toolCalls"]] == \
         [("getWeather", {"city": "Paris"})]
-    user, answer, thanks, last = got["messages"]
+    _, answer, _, last = got["messages"]
     assert [p["type"] for p in answer["parts"]] == [
         "step-start", "text", "tool-getWeather", "step-start", "text"]
     tool = parts_of(answer, "tool-getWeather")[0]
