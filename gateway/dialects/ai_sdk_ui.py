@@ -343,7 +343,9 @@ class _Steps:
         state, cid = part.get("state"), part.get("toolCallId")
         if not isinstance(cid, str) or not cid:
             raise DialectError("must be a non-empty string", f"{where}.toolCallId")
-        if not isinstance(state, str) or state not in _CALL_STATES:
+        if not isinstance(state, str):
+            raise DialectError("must be a string", f"{where}.state")
+        if state not in _CALL_STATES:
             return  # input still streaming: no call was made yet
         self._calls.append(ToolCall(cid, name, _args_text(part.get("input", {}))))
         if state == "output-available":
