@@ -1045,14 +1045,17 @@ class _Encoder:
                 return out
             case ReasoningDelta():
                 out = self._start()
-                if event.text or (event.redacted is not None and event.dialect is not None):
+                signed = event.dialect is not None and bool(event.signature or event.redacted)
+                if signed and event.redacted is not None:
+                    out += self._close()  # redacted reasoning is a block of its own
+                if event.text or (signed and (self._block is None
+                                              or self._block_kind != "reasoning")):
                     out += self._open("reasoning")
                 if event.text:
                     out.append(_chunk({"type": "reasoning-delta", "id": self._block,
                                        "delta": event.text}))
-                if event.dialect is not None and (event.signature or event.redacted):
-                    if self._block is None or self._block_kind != "reasoning":
-                        out += self._open("reasoning")
+                if signed:
+                    # sent with the block's end, where the SDK's reader keeps it
                     self._signed = Reasoning(signature=event.signature, redacted=event.redacted,
                                              dialect=event.dialect)
                 return out

@@ -241,6 +241,13 @@ def test_signed_reasoning_ends_with_its_signature_and_a_text_only_delta_is_plain
     ends = [c for c in out if c["type"] == "reasoning-end"]
     assert ends[0]["providerMetadata"] == {"anthropic": {"signature": "sig"}}
     assert "providerMetadata" not in ends[1]  # the next block is another one, unsigned
+    out = encode([StreamStart(), ReasoningDelta("seen"),
+                  ReasoningDelta(redacted="opaque", dialect="anthropic"), TextDelta("Hi")])
+    blocks = [(c["type"], c.get("providerMetadata")) for c in out
+              if c["type"] in ("reasoning-start", "reasoning-end")]
+    assert blocks == [("reasoning-start", None), ("reasoning-end", None),
+                      ("reasoning-start", None),
+                      ("reasoning-end", {"anthropic": {"redactedData": "opaque"}})]
     enc = UI.encoder(ChatRequest(messages=[Message("user", "hi")]))
     for e in (StreamStart(), TextDelta("a")):
         enc.encode(e)
@@ -255,7 +262,7 @@ def test_a_tool_result_continues_the_message_it_answers() -> None:
     assert encode([StreamStart(id="other")], req)[0] == {"type": "start", "messageId": "a1"}
 
 
-# --- the exchange ----------------------------------------------------------------------------------
+# --- the exchange ------------------------------------------------------------------------------
 
 
 SSE = (b'data: {"type":"start"}\n\ndata: {"type":"text-start","id":"t"}\n\n'
@@ -272,7 +279,8 @@ async def test_a_whole_answer_its_backend_streams_anyway_is_assembled(aiohttp_cl
         asked.append(orjson.loads(request.body))
         return MemoryResponse(200, {"Content-Type": "text/event-stream"}, SSE)
 
-    cfg = parse_config({"upstreams": {"next": {"dialect": UI.name, "url": "http://next.test/api"}},
+    up = {"dialect": UI.name, "url": "http://next.test/api"}
+    cfg = parse_config({"upstreams": {"next": up},
                         "routes": [{"path": "/v1/chat/completions", "dialect": OPENAI.name,
                                     "upstream": "next"},
                                    {"path": "/ui", "dialect": UI.name, "upstream": "next"}]},
