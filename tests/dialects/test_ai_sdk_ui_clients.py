@@ -439,3 +439,10 @@ async def test_a_ui_stream_backend_serves_a_chat_ui_client(aiohttp_client: Any,
     seen = await _backend_seen(ui_backend)
     assert seen[0]["sessionState"] == "c-7"
     assert seen[0]["messages"][0]["parts"] == [{"type": "text", "text": "Hello there"}]
+
+
+@pytest.mark.parametrize("case", ["text", "tools", "reasoning"])
+async def test_the_samples_are_what_the_sdks_own_server_side_sends(case: str) -> None:
+    got = await run_node("capture_ui_stream.mjs", case)
+    assert got["headers"]["x-vercel-ai-ui-message-stream"] == "v1"
+    assert got["body"].encode() == MINE.samples.streams[case]
