@@ -514,9 +514,10 @@ def _attach_result(out: list[dict[str, Any]], assistant: dict[str, Any] | None, 
     """A tool result into the tool part of its call (the UI keeps a call and its result as one
     part); a result without a call a part of its own."""
     part: dict[str, Any] | None = None
-    if assistant is not None:
-        part = next((p for p in assistant["parts"] if isinstance(p, dict)
-                     and p.get("toolCallId") == m.tool_call_id), None)
+    if assistant is not None:  # the latest call of that id still waiting for its result
+        part = next((p for p in reversed(assistant["parts"]) if isinstance(p, dict)
+                     and p.get("toolCallId") == m.tool_call_id
+                     and p.get("state") == "input-available"), None)
     if part is None:
         part = {"type": "dynamic-tool", "toolName": "unknown", "toolCallId": m.tool_call_id,
                 "input": {}}

@@ -169,7 +169,8 @@ def _ui_messages(obs: Observed) -> list[dict[str, Any]]:
         last = out[-1] if out else None
         if m.tool_result_for is not None:
             assert last is not None and last["role"] == "assistant", "a result without its call"
-            part = next(p for p in last["parts"] if p.get("toolCallId") == m.tool_result_for)
+            part = next(p for p in reversed(last["parts"]) if p.get("toolCallId")
+                        == m.tool_result_for and p["state"] == "input-available")
             if m.tool_result_error:
                 part.update(state="output-error", errorText=m.text)
             else:
