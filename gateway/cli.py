@@ -291,7 +291,13 @@ def _reload(url: str) -> int:
 
 
 def _demo(config_path: str | None, log_format: str) -> int:
-    from gateway.demo import curl_commands, demo_backends, demo_config, start_demo_backends
+    from gateway.demo import (
+        curl_commands,
+        demo_backends,
+        demo_config,
+        page_urls,
+        start_demo_backends,
+    )
     from gateway.log import configure_logging
     from gateway.server import serve_forever
 
@@ -323,6 +329,7 @@ def _demo(config_path: str | None, log_format: str) -> int:
         print(f"\nchat-gateway demo: gateway on {base}, demo backends on ports "
               f"{ports[0]}-{ports[-1]}.\n"
               f"Status page: {base}/   Metrics: {base}/metrics\n"
+              + "".join(f"Chat page: {url}\n" for url in page_urls(base)) +
               "Paste any of these (Ctrl-C stops the demo):\n", flush=True)
         print("\n\n".join(curl_commands(config, base)) + "\n", flush=True)
         try:

@@ -35,7 +35,8 @@ from gateway.framing import encoder_for
 from gateway.pipeline import events_from_response, parse_body
 
 __all__ = ["DEMO_BASE_PORT", "curl_commands", "demo_backend_app", "demo_backends",
-           "demo_config", "start_demo_backends"]
+           "demo_config", "is_page_route", "page_dialects", "page_of", "page_urls",
+           "start_demo_backends"]
 
 DEMO_BASE_PORT = 9001
 _TOKEN_DELAY = 0.04
@@ -60,6 +61,10 @@ def demo_config(host: str = "127.0.0.1", port: int = 8080) -> dict[str, Any]:
     for i, name in enumerate(names):
         target = names[(i + 1) % len(names)] if len(names) > 1 else name
         routes.append({"path": get(name).default_path, "dialect": name, "upstream": target})
+    for page in page_dialects():
+        # the page's own routes, one to each backend: its list of backends to switch between
+        routes += [{"path": f"{page.default_path}/{name}", "dialect": page.name, "upstream": name}
+                   for name in names]
     return {
         "server": {"host": host, "port": port},
         "logging": {"level": "info"},
@@ -78,11 +83,35 @@ def demo_config(host: str = "127.0.0.1", port: int = 8080) -> dict[str, Any]:
     }
 
 
+def page_of(d: Dialect) -> str | None:
+    """A dialect's chat page for the demo (optional ``demo_page``: a file of
+    ``gateway/static``, served at ``/static/<it>``), built on its own clients."""
+    page = getattr(d, "demo_page", None)
+    return page if isinstance(page, str) else None
+
+
+def page_dialects() -> list[Dialect]:
+    """The dialects that ship a chat page for the demo."""
+    return [d for d in DIALECTS.values() if page_of(d)]
+
+
+def page_urls(base: str) -> list[str]:
+    return [f"{base}/static/{page_of(d)}" for d in page_dialects()]
+
+
+def is_page_route(route: Any) -> bool:
+    """A route the demo serves for a chat page (one per backend), not a dialect's own."""
+    d = get(route.dialect)
+    return page_of(d) is not None and route.path.startswith(d.default_path + "/")
+
+
 def curl_commands(config: Any, base: str) -> list[str]:
     """For each route, its dialect's sample request as a curl line, streamed the way that
     dialect asks for a stream (by path, by ``Accept``, or by ``"stream": true``)."""
     out = []
     for route in config.routes:
+        if is_page_route(route):
+            continue
         dialect = get(route.dialect)
         body = dict(dialect.samples.requests.get("text") or {"messages": [
             {"role": "user", "content": "What does the gateway do?"}]})

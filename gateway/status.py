@@ -38,7 +38,8 @@ from gateway.worker_status import (
 
 __all__ = ["asset", "page", "publish", "snapshot", "status_data"]
 
-_TYPES = {".js": "text/javascript", ".css": "text/css", ".txt": "text/plain"}
+_TYPES = {".js": "text/javascript", ".css": "text/css", ".txt": "text/plain",
+          ".html": "text/html"}
 
 
 async def status_data(app: web.Application) -> dict[str, Any]:

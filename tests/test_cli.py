@@ -36,7 +36,13 @@ import gateway.demo
 from gateway.app import create_app
 from gateway.cli import _parser, main
 from gateway.config import load_config, parse_config
-from gateway.demo import curl_commands, demo_backend_app, demo_config
+from gateway.demo import (
+    curl_commands,
+    demo_backend_app,
+    demo_config,
+    is_page_route,
+    page_dialects,
+)
 from gateway.dialects import get, names
 from gateway.errors import ConfigError
 
@@ -425,12 +431,17 @@ def test_demo_config_is_built_from_the_registry(capsys: pytest.CaptureFixture[st
     """Every registered dialect has a route (its clients) and a demo backend (an upstream), and
     each route goes to another dialect's backend, so that every demo answer is translated."""
     config = parse_config(demo_config(), env={})
-    assert [r.dialect for r in config.routes] == list(names())
+    own = [r for r in config.routes if not is_page_route(r)]
+    assert [r.dialect for r in own] == list(names())
     assert sorted(u.dialect for u in config.upstreams.values()) == sorted(names())
-    for route in config.routes:
+    for route in own:
         assert route.path == get(route.dialect).default_path
         [target] = route.upstreams
         assert config.upstreams[target.name].dialect != route.dialect or len(names()) == 1
+    # a dialect with a chat page has a route to every backend, for the page to switch between
+    pages = [r for r in config.routes if is_page_route(r)]
+    assert [(r.dialect, r.path, r.upstreams[0].name) for r in pages] == [
+        (d.name, f"{d.default_path}/{u}", u) for d in page_dialects() for u in config.upstreams]
     # `demo --print-config` writes that same config, as YAML
     assert main(["demo", "--print-config"]) == 0
     assert yaml.safe_load(capsys.readouterr().out) == demo_config()
@@ -444,8 +455,9 @@ def test_demo_config_needs_no_file(tmp_path: Path) -> None:
                             check=False)
     assert result.returncode == 0, result.stderr
     config = parse_config(yaml.safe_load(result.stdout), env={})
-    assert tuple(r.dialect for r in config.routes) == known_to_a_new_process()
-    assert all(r.path == get(r.dialect).default_path for r in config.routes)
+    own = [r for r in config.routes if not is_page_route(r)]
+    assert tuple(r.dialect for r in own) == known_to_a_new_process()
+    assert all(r.path == get(r.dialect).default_path for r in own)
     # and config/demo.yaml, kept for those who serve or read the demo's config as a file, is
     # that very output (regenerate it with `chat-gateway demo --print-config` when it differs)
     shipped = (Path(__file__).resolve().parent.parent / "config" / "demo.yaml").read_text()
@@ -483,8 +495,9 @@ async def test_curl_commands_cover_every_demo_route_and_work(aiohttp_client: Any
     dialect does; and each one, pasted against the running demo, streams a translated answer."""
     config = parse_config(demo_config(), env={})
     commands = curl_commands(config, "http://127.0.0.1:8080")
-    assert len(commands) == len(config.routes) == len(names())
-    for route, command in zip(config.routes, commands, strict=True):
+    routes = [r for r in config.routes if not is_page_route(r)]  # a chat page's are the page's
+    assert len(commands) == len(routes) == len(names())
+    for route, command in zip(routes, commands, strict=True):
         d = get(route.dialect)
         url, headers, data = _parse_curl(command)
         assert url == f"http://127.0.0.1:8080{route.path}{d.stream_path or ''}"
@@ -508,7 +521,7 @@ async def test_curl_commands_cover_every_demo_route_and_work(aiohttp_client: Any
     own = {"CHAT_GATEWAY_DEMO_HISTORY": str(tmp_path / "history.db")}
     gw = await aiohttp_client(create_app(parse_config(data, env=own)))
     base = str(gw.make_url("")).rstrip("/")
-    for route, command in zip(config.routes, curl_commands(parse_config(data, env={}), base),
+    for route, command in zip(routes, curl_commands(parse_config(data, env={}), base),
                               strict=True):
         url, headers, body = _parse_curl(command)
         assert url.startswith(base + route.path)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from importlib.metadata import entry_points
 
+from gateway.dialects.ai_sdk_ui import AISDKUIDialect
 from gateway.dialects.anthropic import AnthropicDialect
 from gateway.dialects.base import (
     Capabilities,
@@ -35,6 +36,7 @@ _BUILTIN: tuple[Dialect, ...] = (
     OpenAIDialect(),
     AnthropicDialect(),
     OpenAIResponsesDialect(),
+    AISDKUIDialect(),
 )
 
 DIALECTS: dict[str, Dialect] = {d.name: d for d in _BUILTIN}

@@ -323,6 +323,14 @@ class Dialect(Protocol):
     # for its text and number), and a run of them as the ``TextRun`` it is (its ``text()`` and
     # the ``counter`` of its last chunk).
 
+    # Optional: ``stream_headers: tuple[tuple[str, str], ...]``, headers every stream to this
+    # dialect's clients carries beside its Content-Type (the AI SDK's
+    # ``x-vercel-ai-ui-message-stream: v1``). Optional: ``whole_may_stream: bool``, its backends
+    # may answer a stream when asked for a whole answer (their protocol has none): a
+    # ``text/event-stream`` answer to such a request is assembled into one. Optional:
+    # ``demo_page: str``, a page of ``gateway/static`` built on this dialect's own client, which
+    # the demo serves with a route of this dialect to each of its backends.
+
     @property
     def stream_path(self) -> str | None:
         """A suffix that selects the streamed answer by path (``/stream``), or ``None`` when the

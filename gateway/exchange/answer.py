@@ -29,6 +29,7 @@ from gateway.pipeline import (
     StreamTranslator,
     adapt_response,
     events_from_response,
+    optional,
     parse_body,
     with_session_echo,
 )
@@ -160,7 +161,8 @@ class Answerer:
                         up_stream: bool) -> tuple[ChatResponse, bytes | None] | Answered:
         """The upstream's whole answer (and its raw body, when it may be passed on as it came),
         or the error answer that replaces it."""
-        if up_stream:
+        if up_stream or (optional(dialect, "whole_may_stream")
+                         and call.response.content_type == "text/event-stream"):
             assembled = await self._assembled(req, call, dialect)
             return assembled if isinstance(assembled, Answered) else (assembled, None)
         raw = await call.read_whole()
@@ -227,6 +229,8 @@ class Answerer:
                 "Cache-Control": "no-cache",
                 "X-Request-ID": self.request_id,
                 "X-Accel-Buffering": "no",
+                # a dialect whose clients look for a header of their protocol's (optional)
+                **dict(optional(self.client, "stream_headers") or ()),
             })
         except (ConnectionError, aiohttp.ClientConnectionResetError) as e:
             raise ClientGone from e
