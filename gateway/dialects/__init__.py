@@ -20,6 +20,7 @@ from gateway.dialects.base import (
     TokenCount,
 )
 from gateway.dialects.chatui import ChatUIDialect
+from gateway.dialects.ollama import OllamaDialect
 from gateway.dialects.openai import OpenAIDialect
 from gateway.dialects.openai_responses import OpenAIResponsesDialect
 from gateway.dialects.protocol_2024_01_28 import Protocol20240128
@@ -35,6 +36,7 @@ _BUILTIN: tuple[Dialect, ...] = (
     OpenAIDialect(),
     AnthropicDialect(),
     OpenAIResponsesDialect(),
+    OllamaDialect(),
 )
 
 DIALECTS: dict[str, Dialect] = {d.name: d for d in _BUILTIN}
