@@ -36,6 +36,7 @@ import gateway.demo
 from gateway.app import create_app
 from gateway.cli import _parser, main
 from gateway.config import load_config, parse_config
+from gateway.route_paths import distinct_paths
 from gateway.demo import curl_commands, demo_backend_app, demo_config
 from gateway.dialects import get, names
 from gateway.errors import ConfigError
@@ -427,8 +428,11 @@ def test_demo_config_is_built_from_the_registry(capsys: pytest.CaptureFixture[st
     config = parse_config(demo_config(), env={})
     assert [r.dialect for r in config.routes] == list(names())
     assert sorted(u.dialect for u in config.upstreams.values()) == sorted(names())
+    paths = distinct_paths(names())
+    assert len(set(paths.values())) == len(paths)
     for route in config.routes:
-        assert route.path == get(route.dialect).default_path
+        assert route.path == paths[route.dialect]
+        assert route.path.endswith(get(route.dialect).default_path)
         [target] = route.upstreams
         assert config.upstreams[target.name].dialect != route.dialect or len(names()) == 1
     # `demo --print-config` writes that same config, as YAML
@@ -445,7 +449,8 @@ def test_demo_config_needs_no_file(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     config = parse_config(yaml.safe_load(result.stdout), env={})
     assert tuple(r.dialect for r in config.routes) == known_to_a_new_process()
-    assert all(r.path == get(r.dialect).default_path for r in config.routes)
+    paths = distinct_paths(r.dialect for r in config.routes)
+    assert all(r.path == paths[r.dialect] for r in config.routes)
     # and config/demo.yaml, kept for those who serve or read the demo's config as a file, is
     # that very output (regenerate it with `chat-gateway demo --print-config` when it differs)
     shipped = (Path(__file__).resolve().parent.parent / "config" / "demo.yaml").read_text()

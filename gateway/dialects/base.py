@@ -361,7 +361,9 @@ class Dialect(Protocol):
 
     @property
     def default_path(self) -> str:
-        """Where this dialect's clients post by convention (the demo serves it there)."""
+        """Where this dialect's clients post by convention: a suggestion, which another
+        dialect may make too (:func:`gateway.route_paths.distinct_paths` resolves them for one
+        gateway, as the demo does)."""
         ...
 
     @property

@@ -206,7 +206,7 @@ class OllamaDialect(SamplesFromPackage):
             output=_parse_format(obj.get("format")),
             extras=extras,
             extras_dialect=NAME,
-            hints={"received_ns": time.monotonic_ns()},
+            hints={"received_ns": time.monotonic_ns(), "stream_given": "stream" in obj},
             unmapped=unmapped,
         )
 
@@ -216,8 +216,9 @@ class OllamaDialect(SamplesFromPackage):
         out: dict[str, Any] = {k: v for k, v in req.extras.items() if k != "_options"} \
             if same else {}
         out["model"] = req.model or model or "default"
-        out["messages"] = _render_messages(req.messages)
-        out["stream"] = stream
+        out["messages"] = _render_messages(req.messages, same)
+        if stream is not True or not same or req.hints.get("stream_given") is not False:
+            out["stream"] = stream  # (absent means a stream: a client's own absence is kept)
         options: dict[str, JSON] = dict(req.extras.get("_options") or {}) if same else {}
         for key, value in req.sampling.items():
             option = _SAMPLING_OUT.get(key)
@@ -405,12 +406,16 @@ def _parse_messages(obj: dict[str, JSON]) -> list[Message]:
             raise DialectError("must be a string", f"{where}.thinking")
         calls = _parse_calls(m.get("tool_calls"), f"{where}.tool_calls", i)
         pending += calls
+        extras = split_known(m, _MESSAGE_KEYS)
+        if calls:
+            extras["_calls"] = m["tool_calls"]  # as the client wrote them (ids or none)
         call_id: str | None = None
         if role == "tool":
             call_id = _answered(m, pending, where)
+            for key in ("tool_name", "tool_call_id"):
+                extras[f"_{key}"] = m.get(key)
         out.append(Message(role, content, tool_calls=calls, tool_call_id=call_id,
-                           reasoning=[Reasoning(thinking)] if thinking else [],
-                           extras=split_known(m, _MESSAGE_KEYS)))
+                           reasoning=[Reasoning(thinking)] if thinking else [], extras=extras))
     return out
 
 
@@ -488,17 +493,23 @@ def _arguments(c: ToolCall) -> dict[str, JSON]:
     return args
 
 
-def _render_call(c: ToolCall, index: int) -> JSON:
-    return {"id": c.id, "function": {"index": index, "name": c.name,
-                                     "arguments": _arguments(c)}}
+def _render_call(c: ToolCall, index: int | None) -> JSON:
+    """A call as Ollama writes it in an answer (``index`` among the answer's calls), or in a
+    request (``index`` ``None``: clients write none)."""
+    fn: dict[str, JSON] = {"name": c.name, "arguments": _arguments(c)}
+    if index is not None:
+        fn = {"index": index, **fn}
+    return {"id": c.id, "function": fn}
 
 
-def _render_messages(messages: list[Message]) -> list[dict[str, Any]]:
+def _render_messages(messages: list[Message], same: bool) -> list[dict[str, Any]]:
     names: dict[str, str] = {}
     out: list[dict[str, Any]] = []
     for m in messages:
-        wire: dict[str, Any] = {"role": "system" if m.role == "developer" else m.role,
-                                "content": text_of(m.content)}
+        wire: dict[str, Any] = {k: v for k, v in m.extras.items() if not k.startswith("_")} \
+            if same else {}
+        wire["role"] = "system" if m.role == "developer" else m.role
+        wire["content"] = text_of(m.content)
         images = [p.inline() for p in m.content if isinstance(p, ImagePart)] \
             if isinstance(m.content, list) else []
         if images:
@@ -507,14 +518,21 @@ def _render_messages(messages: list[Message]) -> list[dict[str, Any]]:
         if thinking:
             wire["thinking"] = thinking
         if m.tool_calls:
-            wire["tool_calls"] = [_render_call(c, i) for i, c in enumerate(m.tool_calls)]
+            written = m.extras.get("_calls") if same else None
+            wire["tool_calls"] = written if written is not None else [
+                _render_call(c, None) for c in m.tool_calls]
             names.update((c.id, c.name) for c in m.tool_calls)
         if m.tool_call_id is not None:
             wire["role"] = "tool"
-            name = names.get(m.tool_call_id) or _str(m.extras.get("tool_name"))
-            if name:
-                wire["tool_name"] = name
-            wire["tool_call_id"] = m.tool_call_id
+            if same and "_tool_call_id" in m.extras:  # what the client wrote, and no more
+                for key in ("tool_name", "tool_call_id"):
+                    if m.extras[f"_{key}"] is not None:
+                        wire[key] = m.extras[f"_{key}"]
+            else:
+                name = names.get(m.tool_call_id)
+                if name:
+                    wire["tool_name"] = name
+                wire["tool_call_id"] = m.tool_call_id
         out.append(wire)
     return out
 
