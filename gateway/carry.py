@@ -96,10 +96,7 @@ def request_losses(req: ChatRequest, target: Dialect) -> list[str]:
         if not _choice_carried(req.tool_choice, caps):
             lost.append("tool_choice")
     parts = [p for m in req.messages if not isinstance(m.content, str) for p in m.content]
-    if not caps.images and any(isinstance(p, ImagePart) for p in parts):
-        lost.append("images")
-    elif caps.inline_images_only and any(isinstance(p, ImagePart) and p.inline() is None
-                                         for p in parts):
+    if any(isinstance(p, ImagePart) and not _image_carried(p, target) for p in parts):
         lost.append("images")
     if any(isinstance(p, OtherPart) and p.dialect != target.name for p in parts):
         lost.append("content_parts")

@@ -5,9 +5,10 @@ every answer is translated.
 Backend ``i`` (in registry order) listens on ``DEMO_BASE_PORT + i`` at its dialect's
 ``default_path`` (each backend has its own port, so two dialects may suggest one path); the
 gateway's routes are at each dialect's suggested path too, unless an earlier dialect took it
-(:func:`gateway.route_paths.distinct_paths`). A backend answers a short streamed answer with citations and session state through
-the gateway's own dialect module, so each one is a faithful example of its wire format. The
-curl lines the demo prints are each dialect's own sample request (``samples/<dialect>/``).
+(:func:`gateway.route_paths.distinct_paths`). A backend answers a short streamed answer with
+citations and session state through the gateway's own dialect module, so each one is a
+faithful example of its wire format. The curl lines the demo prints are each dialect's own
+sample request (``samples/<dialect>/``).
 """
 
 from __future__ import annotations

@@ -422,9 +422,9 @@ def request_checks(cl: Dialect, up: Dialect, sent: Observed, got: Observed | Non
             uc, "tool_choices", {"auto", "none", "required", "tool"}):
         governed.add("tool_choice")
     inline_only = getattr(uc, "inline_images_only", False)
-    if not uc.images and any(m.images for m in sent.messages):
-        governed.add("images")
-    elif inline_only and any(not u.startswith("data:") for m in sent.messages for u in m.images):
+    kept_images = [u for m in sent.messages for u in m.images
+                   if uc.images and (u.startswith("data:") or not inline_only)]
+    if len(kept_images) < sum(len(m.images) for m in sent.messages):
         governed.add("images")
     if sent.extra.get("unmapped") and cl is not up:
         governed.add("options")

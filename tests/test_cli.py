@@ -36,10 +36,10 @@ import gateway.demo
 from gateway.app import create_app
 from gateway.cli import _parser, main
 from gateway.config import load_config, parse_config
-from gateway.route_paths import distinct_paths
 from gateway.demo import curl_commands, demo_backend_app, demo_config
 from gateway.dialects import get, names
 from gateway.errors import ConfigError
+from gateway.route_paths import distinct_paths
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_YAML = ROOT / "config" / "compose.yaml"

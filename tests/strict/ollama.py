@@ -25,8 +25,8 @@ from typing import Any
 from strict._wire import frame_lines, json_lines, pieces
 from strict.observed import Observed, ObservedCall, ObservedMessage
 
-__all__ = ["COVERS", "FINISH", "SAMPLING", "read_error", "read_request", "read_stream", "read_whole",
-           "write_request", "write_stream", "write_whole"]
+__all__ = ["COVERS", "FINISH", "SAMPLING", "read_error", "read_request", "read_stream",
+           "read_whole", "write_request", "write_stream", "write_whole"]
 
 FINISH = {"stop": "stop", "length": "length"}
 COVERS = {"stop": {"stop", "tool_calls", "content_filter"}}
