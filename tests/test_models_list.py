@@ -19,7 +19,7 @@ from gateway.app import create_app
 from gateway.config import parse_config
 from gateway.dialects import DIALECTS, Dialect
 from gateway.log import configure_logging
-from gateway.models_list import listing_path, model_lists
+from gateway.models_list import info_path, listing_path, model_lists
 from gateway.upstream import MemoryResponse, MemoryTransport, UpstreamRequest
 
 LISTING = [d for d in DIALECTS.values() if d.models_path is not None]
@@ -193,3 +193,36 @@ async def test_lists_are_counted_and_logged(aiohttp_client: Any,
     assert access[0]["route"] == d.models_path and access[0]["status"] == 200
     assert access[0]["user_agent"] == "lister/1.0" and access[0]["client"] == "127.0.0.1"
     assert access[0]["response_bytes"] == len(orjson.dumps(d.render_models(["m-one", "m-two"])))
+
+
+# --- one model described, where a dialect declares it (``model_info``) --------------------------
+
+DESCRIBING = [d for d in DIALECTS.values() if getattr(d, "model_info", None) is not None]
+
+
+def test_some_dialect_describes_one_model() -> None:
+    assert DESCRIBING, "no dialect declares model_info: the tests below prove nothing"
+
+
+@pytest.mark.parametrize("d", DESCRIBING, ids=[d.name for d in DESCRIBING])
+async def test_a_model_is_described_beside_the_route(aiohttp_client: Any, d: Dialect) -> None:
+    route = "/team" + d.default_path
+    client = await start(aiohttp_client, {
+        "auth": {"api_keys": ["k1"]}, "upstreams": upstreams(d),
+        "routes": [{"path": route, "dialect": d.name, "upstream": ["a", "b"]}]})
+    at = info_path(route, d)
+    assert at is not None and at.startswith("/team/")
+    key = {"Authorization": "Bearer k1"}
+    field = d.model_info.keys[0]  # type: ignore[attr-defined]
+    ok = await client.post(at, json={field: "m-three"}, headers=key)
+    assert ok.status == 200
+    assert await ok.json() == d.render_model_info("m-three")  # type: ignore[attr-defined]
+    for body, status in (({field: "m-four"}, 404), ({}, 400), (None, 400)):
+        resp = await client.post(at, json=body, headers=key) if body is not None else \
+            await client.post(at, data=b"{nope", headers=key)
+        assert resp.status == status, body
+        assert d.parse_error(await resp.json()) is not None
+    assert (await client.post(at, json={field: "m-one"})).status == 401
+    got = await client.get(at, headers=key)
+    assert got.status == 405 and got.headers["Allow"] == "POST"
+    assert d.parse_error(await got.json()) is not None
