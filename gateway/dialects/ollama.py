@@ -22,6 +22,7 @@ and durations in nanoseconds. An error, whole or mid-stream, is ``{"error": "…
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -130,6 +131,22 @@ def _unix(created_at: JSON) -> int | None:
 def _media_type(data: str) -> str:
     return next((t for head, t in _IMAGE_MAGIC if data.startswith(head)),
                 "application/octet-stream")
+
+
+def _dumps(value: JSON) -> bytes:
+    """Compact JSON of a value that holds a call's arguments: orjson's, unless they hold an
+    integer beyond 64 bits (valid JSON, which orjson refuses): then the standard library's."""
+    try:
+        return orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _loads(text: str) -> JSON:
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)  # integers beyond 64 bits; raises for text that is no JSON
 
 
 def _new_call_id() -> str:
@@ -471,7 +488,7 @@ def _parse_calls(raw: JSON, where: str, turn: int | None) -> list[ToolCall]:
         if args is None:
             text = "{}"
         elif isinstance(args, dict):
-            text = orjson.dumps(args).decode()
+            text = _dumps(args).decode()
         elif isinstance(args, str):  # written as JSON text by some OpenAI-minded clients
             text = args or "{}"
         else:
@@ -484,8 +501,8 @@ def _parse_calls(raw: JSON, where: str, turn: int | None) -> list[ToolCall]:
 
 def _arguments(c: ToolCall) -> dict[str, JSON]:
     try:
-        args = orjson.loads(c.arguments or "{}")
-    except orjson.JSONDecodeError:
+        args = _loads(c.arguments or "{}")
+    except ValueError:
         args = None
     if not isinstance(args, dict):
         raise DialectError("must be a JSON object (Ollama takes no other arguments)",
@@ -668,7 +685,7 @@ class _Encoder:
         if not self._prefix:
             self._prefix = orjson.dumps({"model": self._model})[:-1]
         return (self._prefix + b',"created_at":"' + _iso().encode() + b'","message":'
-                + orjson.dumps({"role": "assistant", **message}) + b',"done":false}')
+                + _dumps({"role": "assistant", **message}) + b',"done":false}')
 
     def encode(self, event: StreamEvent) -> list[Payload]:
         if self._closed:
