@@ -692,9 +692,13 @@ class _Encoder:
             return []
         match event:
             case StreamStart():
-                if event.model and not self._prefix:
+                if self._prefix:
+                    return []
+                if event.model:
                     self._model = event.model  # the model that answered, as in a whole answer
-                return []
+                # An empty first piece, as Ollama's server sends one before a thinking model's
+                # first words: the client sees the answer begin before any text.
+                return [self._line({"content": ""})]
             case TextDelta():
                 text = event.text
                 if event.agent != self._agent:

@@ -221,8 +221,8 @@ def test_the_encoder_sends_a_call_whole_and_ends_with_counts_and_durations() -> 
               StreamFinish("tool_calls", Usage(input_tokens=3, output_tokens=4))):
         out += [p for p in enc.encode(e) if isinstance(p, bytes)]
     lines = [orjson.loads(p) for p in out]
-    assert [ln["message"]["content"] for ln in lines[:-1]] == ["Let me check.", ""]
-    assert lines[1]["message"]["tool_calls"] == [
+    assert [ln["message"]["content"] for ln in lines[:-1]] == ["", "Let me check.", ""]
+    assert lines[2]["message"]["tool_calls"] == [
         {"id": "c1", "function": {"index": 0, "name": "f", "arguments": {"a": 1}}}]
     last = lines[-1]
     assert last["done"] is True and last["done_reason"] == "stop"
@@ -236,7 +236,7 @@ def test_arguments_that_are_no_object_break_the_stream_in_ollamas_shape() -> Non
     enc = ME.encoder(parse())
     out = [*enc.encode(ToolCallStart(0, "c1", "f")), *enc.encode(ToolCallDelta(0, "[1, 2]")),
            *enc.encode(ToolCallEnd(0)), *enc.encode(StreamFinish("stop"))]
-    assert len(out) == 1 and isinstance(out[0], bytes)
+    assert len(out) == 1 and isinstance(out[0], bytes)  # (no start: nothing before the call)
     assert "error" in orjson.loads(out[0])
 
 
