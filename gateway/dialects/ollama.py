@@ -300,7 +300,8 @@ class OllamaDialect(SamplesFromPackage):
             message["tool_calls"] = [_render_call(c, i) for i, c in enumerate(calls)]
         out["message"] = message
         out["done"] = True
-        out["done_reason"] = _finish_out(resp.finish_reason, same)
+        if not same or resp.finish_reason is not None:  # (an older server writes none)
+            out["done_reason"] = _finish_out(resp.finish_reason, same)
         if not same:
             received = req.hints.get("received_ns")
             if isinstance(received, int):

@@ -229,12 +229,12 @@ def read_whole(body: Any) -> Observed:
     assert isinstance(body.get("model"), str) and body["model"], "model"
     assert isinstance(body.get("created_at"), str), "created_at"
     assert body.get("done") is True, "a whole answer is done"
-    reason = body.get("done_reason")
-    assert isinstance(reason, str), f"done_reason {reason!r}"
+    reason = body.get("done_reason")  # omitempty in the server's types: older ones leave it out
+    assert reason is None or isinstance(reason, str), f"done_reason {reason!r}"
     text, thinking, calls = _message(body.get("message"), "message")
     obs = Observed(text=text, reasoning=thinking, tool_calls=calls, model=body["model"],
                    usage=_usage(body))
-    obs.finish = None if calls and reason == "stop" else reason
+    obs.finish = None if calls and reason in ("stop", None) else reason
     return obs
 
 
