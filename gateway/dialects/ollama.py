@@ -96,6 +96,8 @@ _SAMPLING_OUT = {canonical: option for option, canonical in _OPTIONS.items()}
 _INTEGERS = frozenset({"seed", "num_predict"})
 _QUIET_KEYS = frozenset({"stream"})
 """Request keys outside the canonical ones that change nothing in the answer's content."""
+_DEFAULTS: dict[str, JSON] = {"logprobs": False, "top_logprobs": 0}
+"""Ollama's own defaults: a client that says them asks for nothing another dialect lacks."""
 _THINK_LEVELS = frozenset({"low", "medium", "high", "max"})
 _THINK_BY_EFFORT = {"minimal": "low", "low": "low", "medium": "medium", "high": "high",
                     "xhigh": "high", "max": "max"}
@@ -208,7 +210,9 @@ class OllamaDialect(SamplesFromPackage):
         if stream is not None and not isinstance(stream, bool):
             raise DialectError("must be a boolean", "stream")
         extras = split_known(obj, _REQUEST_KEYS)
-        unmapped = [k for k, v in extras.items() if v is not None and k not in _QUIET_KEYS]
+        unmapped = [k for k, v in extras.items()
+                    if v is not None and k not in _QUIET_KEYS
+                    and not (k in _DEFAULTS and _DEFAULTS[k] == v)]
         sampling, other_options = _parse_options(obj.get("options"))
         if other_options:
             extras["_options"] = other_options

@@ -63,6 +63,8 @@ def test_options_map_to_sampling_and_the_rest_is_unmapped() -> None:
                             "stop": ["\n\n"]}
     assert sorted(req.unmapped) == ["keep_alive", "options.num_ctx", "options.top_k"]
     assert parse(options={"num_predict": -1}).unmapped == ["options.num_predict"]
+    assert parse(logprobs=False, top_logprobs=0).unmapped == []  # Ollama's defaults
+    assert parse(logprobs=True).unmapped == ["logprobs"]
     out = OTHER.render_request(req, stream=False, model="m")
     assert "top_k" not in orjson.dumps(out).decode()
 

@@ -110,7 +110,8 @@ def read_request(body: Any) -> Observed:
     assert isinstance(stream, bool), "stream must be a boolean"
     obs.stream = stream
     options = body.get("options")
-    unmapped = sorted(k for k in body if k not in _REQUEST_KEYS and body[k] is not None)
+    unmapped = sorted(k for k in body if k not in _REQUEST_KEYS and body[k] is not None
+                      and (k, body[k]) not in (("logprobs", False), ("top_logprobs", 0)))
     if options is not None:
         assert isinstance(options, dict), "options must be an object"
         if options.get("temperature") is not None:
