@@ -20,6 +20,7 @@ from gateway.config import parse_config
 from gateway.dialects import DIALECTS, Dialect
 from gateway.log import configure_logging
 from gateway.models_list import info_path, listing_path, model_lists
+from gateway.route_paths import distinct_paths
 from gateway.upstream import MemoryResponse, MemoryTransport, UpstreamRequest
 
 LISTING = [d for d in DIALECTS.values() if d.models_path is not None]
@@ -97,18 +98,21 @@ async def test_routes_of_dialects_that_list_nothing_have_no_list(aiohttp_client:
 
 async def test_one_path_shared_by_dialects_answers_each_client_in_its_own_shape(
         aiohttp_client: Any) -> None:
-    """Every listing dialect's route at its conventional path: where paths coincide, the
-    request's header picks the group (one SDK's dialects), which lists all its routes' models."""
+    """Every listing dialect's route at its conventional path (a suggestion: resolved as the
+    demo resolves it): where listing paths coincide, the request's header picks the group (one
+    SDK's dialects), which lists all its routes' models."""
     ups: dict[str, Any] = {}
     routes = []
+    paths = distinct_paths(d.name for d in LISTING)
     for i, d in enumerate(LISTING):
         ups[f"u{i}"] = {"dialect": d.name, "url": f"http://u{i}.test/chat",
                         "model": f"model-of-{d.name}"}
-        routes.append({"path": d.default_path, "dialect": d.name, "upstream": f"u{i}"})
+        routes.append({"path": paths[d.name], "dialect": d.name, "upstream": f"u{i}"})
     client = await start(aiohttp_client, {"upstreams": ups, "routes": routes})
     by_path: dict[str, dict[str | None, list[Dialect]]] = {}
     for d in LISTING:
-        by_path.setdefault(d.models_path or "", {}).setdefault(d.models_header, []).append(d)
+        listed = listing_path(paths[d.name], d) or ""
+        by_path.setdefault(listed, {}).setdefault(d.models_header, []).append(d)
     assert any(len(groups) > 1 for groups in by_path.values()), \
         "no two kinds of client list models at one path: nothing to pick between"
     for path, groups in by_path.items():
