@@ -94,8 +94,6 @@ _OPTIONS: dict[str, str] = {
 }
 _SAMPLING_OUT = {canonical: option for option, canonical in _OPTIONS.items()}
 _INTEGERS = frozenset({"seed", "num_predict"})
-_QUIET_KEYS = frozenset({"stream"})
-"""Request keys outside the canonical ones that change nothing in the answer's content."""
 _DEFAULTS: dict[str, JSON] = {"logprobs": False, "top_logprobs": 0}
 """Ollama's own defaults: a client that says them asks for nothing another dialect lacks."""
 _THINK_LEVELS = frozenset({"low", "medium", "high", "max"})
@@ -194,10 +192,11 @@ class OllamaDialect(SamplesFromPackage):
 
     def render_model_info(self, name: str) -> JSON:
         """``POST /api/show`` for a model a route serves: its details are the upstream's and
-        unknown here (the Python client requires ``model_info``, an object)."""
+        unknown here (the Python client requires ``model_info``, an object); of its
+        capabilities only ``completion`` is sure (tools and images depend on the model and
+        on the route's upstream dialect)."""
         return {"modelfile": "", "parameters": "", "template": "", "details": {},
-                "model_info": {}, "capabilities": ["completion", "tools"],
-                "modified_at": _EPOCH}
+                "model_info": {}, "capabilities": ["completion"], "modified_at": _EPOCH}
 
     # --- requests ------------------------------------------------------------------------------
 
@@ -211,8 +210,7 @@ class OllamaDialect(SamplesFromPackage):
             raise DialectError("must be a boolean", "stream")
         extras = split_known(obj, _REQUEST_KEYS)
         unmapped = [k for k, v in extras.items()
-                    if v is not None and k not in _QUIET_KEYS
-                    and not (k in _DEFAULTS and _DEFAULTS[k] == v)]
+                    if v is not None and not (k in _DEFAULTS and _DEFAULTS[k] == v)]
         sampling, other_options = _parse_options(obj.get("options"))
         if other_options:
             extras["_options"] = other_options
