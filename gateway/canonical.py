@@ -301,6 +301,11 @@ class ChatRequest:
     options: dict[str, JSON] = field(default_factory=dict)
     """The route's options for the client's dialect (declared by that dialect; e.g. the answer
     shape a frontend reads), filled in by the server, read by the client's dialect only."""
+    unmapped: list[str] = field(default_factory=list)
+    """The client's request fields that change the answer and that no field above holds
+    (Ollama's ``options.top_k``, ``keep_alive``…), each named as on the wire: kept in
+    :attr:`extras` for an upstream of the client's own dialect; an upstream of another dialect
+    cannot be sent them, so the route's ``on_unsupported`` policy decides (field ``options``)."""
 
 
 # --- whole answers -------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 Two kinds of field, by what a user loses:
 
 - **Governed** (``tools``, ``tool_choice``, ``tool_calls``, ``tool_results``, ``images``,
-  ``content_parts``, ``reasoning``, ``structured_output``): the route's ``on_unsupported``
+  ``content_parts``, ``reasoning``, ``structured_output``, ``options``): the route's
+  ``on_unsupported``
   policy decides. ``reject`` answers the client (400 for its request, 502 for an upstream
   answer or event) naming the field and the dialect that cannot carry it; ``drop`` takes the
   field out and reports it.
@@ -40,6 +41,7 @@ from gateway.canonical import (
     ToolCallDelta,
     ToolCallEnd,
     ToolCallStart,
+    ToolChoice,
     citations_of,
     followups_of,
 )
@@ -52,7 +54,7 @@ __all__ = ["GOVERNED", "REPORTED", "EventGate", "Policy", "Unsupported", "carrie
 
 Policy = Literal["reject", "drop"]
 GOVERNED = ("tools", "tool_choice", "tool_calls", "tool_results", "images", "content_parts",
-            "reasoning", "structured_output")
+            "reasoning", "structured_output", "options")
 REPORTED = ("session_state", "citations", "followups", "thoughts", "usage")
 
 
@@ -88,10 +90,13 @@ def request_losses(req: ChatRequest, target: Dialect) -> list[str]:
             lost.append("tool_calls")
         if any(m.tool_call_id is not None for m in req.messages):
             lost.append("tool_results")
-    elif any(t.kind != "function" and t.dialect != target.name for t in req.tools):
-        lost.append("tools")  # a provider's built-in tool, which only its own dialect knows
+    else:
+        if any(t.kind != "function" and t.dialect != target.name for t in req.tools):
+            lost.append("tools")  # a provider's built-in tool, which only its own dialect knows
+        if not _choice_carried(req.tool_choice, caps):
+            lost.append("tool_choice")
     parts = [p for m in req.messages if not isinstance(m.content, str) for p in m.content]
-    if not caps.images and any(isinstance(p, ImagePart) for p in parts):
+    if any(isinstance(p, ImagePart) and not _image_carried(p, target) for p in parts):
         lost.append("images")
     if any(isinstance(p, OtherPart) and p.dialect != target.name for p in parts):
         lost.append("content_parts")
@@ -103,10 +108,20 @@ def request_losses(req: ChatRequest, target: Dialect) -> list[str]:
         lost.append("reasoning")
     if req.output is not None and req.output.kind not in caps.structured_output:
         lost.append("structured_output")
+    if req.unmapped and req.extras_dialect != target.name:
+        lost.append("options")
     if req.session_state is not None and not req.session_minted \
             and not carries_state(caps.session_state, req.session_state):
         lost.append("session_state")
     return lost
+
+
+def _choice_carried(choice: ToolChoice | None, caps: Capabilities) -> bool:
+    if choice is None:
+        return True
+    if choice.parallel is False and "parallel" not in caps.tool_choices:
+        return False
+    return choice.mode in caps.tool_choices
 
 
 def takes_back(r: Reasoning, target: Dialect) -> bool:
@@ -130,7 +145,8 @@ def strip_request(req: ChatRequest, fields: list[str], target: Dialect) -> ChatR
         content = m.content
         if not isinstance(content, str):
             content = [p for p in content
-                       if not ("images" in drop and isinstance(p, ImagePart))
+                       if not ("images" in drop and isinstance(p, ImagePart)
+                               and not _image_carried(p, target))
                        and not ("content_parts" in drop and isinstance(p, OtherPart))]
         calls = [] if "tool_calls" in drop else m.tool_calls
         reasoning = m.reasoning
@@ -149,8 +165,15 @@ def strip_request(req: ChatRequest, fields: list[str], target: Dialect) -> ChatR
         req, messages=messages, tools=tools,
         tool_choice=None if "tool_choice" in drop else req.tool_choice,
         output=None if "structured_output" in drop else req.output,
+        unmapped=[] if "options" in drop else req.unmapped,
         reasoning=None if "reasoning" in drop and not target.capabilities.reasoning
         else req.reasoning)
+
+
+def _image_carried(p: ImagePart, target: Dialect) -> bool:
+    """Whether ``target`` carries the image ``p`` (the ``drop`` policy keeps those it does)."""
+    caps = target.capabilities
+    return caps.images and (not caps.inline_images_only or p.inline() is not None)
 
 
 # --- whole answers -------------------------------------------------------------------------------

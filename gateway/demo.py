@@ -3,9 +3,12 @@ gateway config that puts each client dialect in front of another dialect's backe
 every answer is translated.
 
 Backend ``i`` (in registry order) listens on ``DEMO_BASE_PORT + i`` at its dialect's
-``default_path``; it answers a short streamed answer with citations and session state through
-the gateway's own dialect module, so each one is a faithful example of its wire format. The
-curl lines the demo prints are each dialect's own sample request (``samples/<dialect>/``).
+``default_path`` (each backend has its own port, so two dialects may suggest one path); the
+gateway's routes are at each dialect's suggested path too, unless an earlier dialect took it
+(:func:`gateway.route_paths.distinct_paths`). A backend answers a short streamed answer with
+citations and session state through the gateway's own dialect module, so each one is a
+faithful example of its wire format. The curl lines the demo prints are each dialect's own
+sample request (``samples/<dialect>/``).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from gateway.dialects.base import text_of
 from gateway.errors import ParseError
 from gateway.framing import encoder_for
 from gateway.pipeline import events_from_response, parse_body
+from gateway.route_paths import distinct_paths
 
 __all__ = ["DEMO_BASE_PORT", "curl_commands", "demo_backend_app", "demo_backends",
            "demo_config", "is_page_route", "page_dialects", "page_of", "page_urls",
@@ -50,17 +54,19 @@ def demo_backends(host: str = "127.0.0.1") -> dict[str, tuple[int, str]]:
 
 def demo_config(host: str = "127.0.0.1", port: int = 8080) -> dict[str, Any]:
     """The demo's gateway config (as parsed YAML): every dialect's backend as an upstream named
-    after its dialect, and a route per client dialect at its ``default_path``, sent to the next
+    after its dialect, and a route per client dialect at its ``default_path`` (or, when an
+    earlier dialect suggests the same path, under a prefix named after it), sent to the next
     dialect's backend. ``chat-gateway demo --print-config`` writes it out."""
     backends = demo_backends(host)
     names = list(backends)
     upstreams = {name: {"dialect": name, "url": f"http://{host}:{p}{path}",
                         "model": "demo-model"}
                  for name, (p, path) in backends.items()}
+    paths = distinct_paths(names)
     routes = []
     for i, name in enumerate(names):
         target = names[(i + 1) % len(names)] if len(names) > 1 else name
-        routes.append({"path": get(name).default_path, "dialect": name, "upstream": target})
+        routes.append({"path": paths[name], "dialect": name, "upstream": target})
     for page in page_dialects():
         # the page's own routes, one to each backend: its list of backends to switch between
         routes += [{"path": f"{page.default_path}/{name}", "dialect": page.name, "upstream": name}

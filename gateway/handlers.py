@@ -12,7 +12,7 @@ from gateway.exchange.kept import stored_route_for
 from gateway.history.keys import HISTORY
 from gateway.keys import ENV, METRICS, RELOADER, RUNTIME
 from gateway.metrics import CONTENT_TYPE_LATEST
-from gateway.models_list import model_list_for
+from gateway.models_list import model_info_for, model_list_for
 from gateway.token_count import counter_for
 
 __all__ = ["chat", "healthz", "json_error", "metrics", "readyz", "reload"]
@@ -32,6 +32,9 @@ async def chat(request: web.Request) -> web.StreamResponse:
         listing = model_list_for(runtime, request.path)
         if listing is not None:  # GET …/models beside routes whose clients list models
             return listing.answer(request, runtime.config, request.app[ENV])
+        info = model_info_for(runtime, request.path)
+        if info is not None:  # POST …/api/show beside routes whose clients ask about a model
+            return await info.answer(request, runtime.config, request.app[ENV])
         counter = counter_for(runtime, request.path)
         if counter is not None:  # POST …/count_tokens beside routes whose clients count
             return await counter.answer(request, runtime, request.app[ENV])

@@ -13,36 +13,55 @@ replaced (``/team-a/v1/chat/completions`` lists at ``/team-a/v1/models``). Route
 dialects may list at one path (routes for the OpenAI and the Anthropic SDKs under ``/v1``): the
 dialects whose ``models_header`` the request carries answer, else those that declare none; the
 routes of dialects with the same header (one SDK's two APIs) are listed together.
+
+A dialect may also declare an endpoint that describes one model named in a ``POST`` body
+(:class:`~gateway.dialects.base.ModelInfo`: Ollama's ``POST /api/show``), answered beside its
+routes the same way (:class:`ModelInfoEndpoint`): for a model of those routes, the dialect's
+description; for any other, 404 in the dialect's error shape, as the upstream would.
 """
 
 from __future__ import annotations
 
 import time
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import orjson
 from aiohttp import web
 
 from gateway.auth import accepted_key
-from gateway.canonical import ChatError
+from gateway.canonical import JSON, ChatError
 from gateway.config import GatewayConfig
 from gateway.dialects import Dialect, get
+from gateway.dialects.base import ModelInfo
 from gateway.exchange import Env, error_response
 from gateway.exchange.client import request_id_of
 from gateway.exchange.outcome import Outcome, record
 from gateway.forwarding import client_address
+from gateway.pipeline import optional
 from gateway.runtime import Runtime, normalize_path
 
-__all__ = ["ModelList", "listing_path", "model_list_for", "model_lists"]
+__all__ = ["ModelInfoEndpoint", "ModelList", "info_path", "listing_path", "model_info_for",
+           "model_infos", "model_list_for", "model_lists"]
 
 _ALLOW = "GET, HEAD"
 
 
 def listing_path(route_path: str, dialect: Dialect) -> str | None:
     """Where clients of ``dialect`` posting to ``route_path`` list models, or ``None``."""
-    models = dialect.models_path
+    return _beside(route_path, dialect, dialect.models_path)
+
+
+def info_path(route_path: str, dialect: Dialect) -> str | None:
+    """Where clients of ``dialect`` posting to ``route_path`` ask about one model
+    (:class:`~gateway.dialects.base.ModelInfo`), or ``None``."""
+    info: ModelInfo | None = optional(dialect, "model_info")
+    return None if info is None else _beside(route_path, dialect, info.path)
+
+
+def _beside(route_path: str, dialect: Dialect, models: str | None) -> str | None:
+    """``models`` (written beside the dialect's ``default_path``) beside ``route_path``."""
     if models is None:
         return None
     chat, listed = dialect.default_path.split("/"), models.split("/")
@@ -146,3 +165,91 @@ def model_list_for(runtime: Runtime, path: str) -> ModelList | None:
     if lists is None:
         lists = _BY_RUNTIME[runtime] = model_lists(runtime.config)
     return lists.get(normalize_path(path))
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfoEndpoint:
+    """One path where clients of a dialect ask about one model (``POST {"model": …}``)."""
+
+    path: str
+    dialect: str
+    """The first dialect whose routes put the endpoint here (it answers)."""
+    names: tuple[str, ...]
+    """The models of the routes beside it, in config order, once each."""
+
+    async def answer(self, request: web.Request, config: GatewayConfig, env: Env,
+                     ) -> web.Response:
+        """The dialect's description of the model, or an error in its shape: 405 for a method
+        other than POST, 401 without a valid key when keys are set, 400 for a body that names
+        no model, 404 for a model no route beside serves."""
+        started = time.perf_counter()
+        request_id = request_id_of(request)
+        dialect = get(self.dialect)
+        keys = config.auth.api_keys
+        if request.method != "POST":
+            response = error_response(dialect, ChatError(
+                405, f"{request.method} is not allowed here; use POST",
+                code="METHOD_NOT_ALLOWED"), request_id, {"Allow": "POST"})
+        elif keys and accepted_key(request, keys) is None:
+            response = error_response(dialect, ChatError(
+                401, "a valid API key is required", code="UNAUTHORIZED",
+                type="authentication_error"), request_id)
+        else:
+            name, err = self._asked(await request.read(), dialect)
+            if err is not None:
+                response = error_response(dialect, err, request_id)
+            else:
+                describe: Callable[[str], JSON] = optional(dialect, "render_model_info")
+                response = web.Response(
+                    body=orjson.dumps(describe(name)), content_type="application/json",
+                    headers={"X-Request-ID": request_id})
+        record(Outcome(
+            request_id=request_id, route=self.path, client_dialect=dialect.name,
+            status=response.status, duration=time.perf_counter() - started, path=request.path,
+            method=request.method,
+            client=client_address(request, config.server.trusted_proxies),
+            user_agent=request.headers.get("User-Agent"),
+            request_bytes=request.content.total_bytes,
+            response_bytes=response.content_length or 0), env.metrics, env.log, None)
+        return response
+
+    def _asked(self, raw: bytes, dialect: Dialect) -> tuple[str, ChatError | None]:
+        """The model the body names (one of :attr:`names`), or the error to answer."""
+        info: ModelInfo = optional(dialect, "model_info")
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return "", ChatError(400, "the body is not valid JSON", code="BAD_REQUEST")
+        name = next((body[k] for k in info.keys if isinstance(body, dict)
+                     and isinstance(body.get(k), str) and body[k]), None)
+        if name is None:
+            return "", ChatError(400, f"{info.keys[0]} is required", code="BAD_REQUEST")
+        if name not in self.names:
+            return name, ChatError(404, f"model {name!r} not found", code="NOT_FOUND")
+        return name, None
+
+
+def model_infos(config: GatewayConfig) -> dict[str, ModelInfoEndpoint]:
+    """Every model-info path of ``config``'s routes, with the models it describes."""
+    found: dict[str, tuple[str, list[str]]] = {}
+    for route in config.routes:
+        dialect = get(route.dialect)
+        path = info_path(route.path, dialect)
+        if path is None:
+            continue
+        _, names = found.setdefault(path, (dialect.name, []))
+        names.extend(_models_of(config, (u.name for u in route.upstreams)))
+    return {path: ModelInfoEndpoint(path, d, tuple(dict.fromkeys(n)))
+            for path, (d, n) in found.items()}
+
+
+_INFO_BY_RUNTIME: weakref.WeakKeyDictionary[Runtime, dict[str, ModelInfoEndpoint]] = (
+    weakref.WeakKeyDictionary())
+
+
+def model_info_for(runtime: Runtime, path: str) -> ModelInfoEndpoint | None:
+    """The model-info endpoint at ``path`` (a path no route serves), if any."""
+    infos = _INFO_BY_RUNTIME.get(runtime)
+    if infos is None:
+        infos = _INFO_BY_RUNTIME[runtime] = model_infos(runtime.config)
+    return infos.get(normalize_path(path))

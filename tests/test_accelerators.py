@@ -54,9 +54,10 @@ TEXTS = ["Hello", ", ", "wörld", " 😀", " plain", " text", " «quoted»", " �
          " again", " and", " again", " —", " end", " of", " the", " run", " of", " text", "."]
 """Pieces of text, ASCII and not, enough in a row for runs of text frames."""
 
-_WHEN = re.compile(rb"\d{4}-\d\d-\d\dT[\d:.]+Z|(?<=\"created\":)\d+|(?<=\"created_at\":)\d+")
-"""What an encoder writes of the clock: no part of what is compared (its ids are: see
-:class:`_Drawn`)."""
+_WHEN = re.compile(rb"\d{4}-\d\d-\d\dT[\d:.]+Z|(?<=\"created\":)\d+|(?<=\"created_at\":)\d+"
+                   rb"|(?<=_duration\":)\d+")
+"""What an encoder writes of the clock (times, and durations it measured): no part of what is
+compared (its ids are: see :class:`_Drawn`)."""
 
 LONG = 700
 """Bodies up to this long are also read byte by byte."""

@@ -45,6 +45,7 @@ from gateway.demo import (
 )
 from gateway.dialects import get, names
 from gateway.errors import ConfigError
+from gateway.route_paths import distinct_paths
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_YAML = ROOT / "config" / "compose.yaml"
@@ -434,8 +435,11 @@ def test_demo_config_is_built_from_the_registry(capsys: pytest.CaptureFixture[st
     own = [r for r in config.routes if not is_page_route(r)]
     assert [r.dialect for r in own] == list(names())
     assert sorted(u.dialect for u in config.upstreams.values()) == sorted(names())
+    paths = distinct_paths(names())
+    assert len(set(paths.values())) == len(paths)
     for route in own:
-        assert route.path == get(route.dialect).default_path
+        assert route.path == paths[route.dialect]
+        assert route.path.endswith(get(route.dialect).default_path)
         [target] = route.upstreams
         assert config.upstreams[target.name].dialect != route.dialect or len(names()) == 1
     # a dialect with a chat page has a route to every backend, for the page to switch between
@@ -457,7 +461,8 @@ def test_demo_config_needs_no_file(tmp_path: Path) -> None:
     config = parse_config(yaml.safe_load(result.stdout), env={})
     own = [r for r in config.routes if not is_page_route(r)]
     assert tuple(r.dialect for r in own) == known_to_a_new_process()
-    assert all(r.path == get(r.dialect).default_path for r in own)
+    paths = distinct_paths(r.dialect for r in own)
+    assert all(r.path == paths[r.dialect] for r in own)
     # and config/demo.yaml, kept for those who serve or read the demo's config as a file, is
     # that very output (regenerate it with `chat-gateway demo --print-config` when it differs)
     shipped = (Path(__file__).resolve().parent.parent / "config" / "demo.yaml").read_text()

@@ -82,3 +82,26 @@ async def test_every_demo_route_streams_without_a_traceback(
                 assert "demo backend" in seen.text and seen.error is None, route
     await demo.close()  # the backends' handlers end after the gateway's: all of them ended
     assert not tracebacks(caplog.records), tracebacks(caplog.records)
+
+
+async def test_dialects_that_suggest_one_path_are_each_served(demo: Demo) -> None:
+    """Where two dialects suggest the same path (``default_path`` is a suggestion), the demo
+    serves both: each at a path of its own, each answering its own client through the gateway,
+    whole and streamed."""
+    by_path: dict[str, list[dict[str, Any]]] = {}
+    for route in demo.routes:
+        by_path.setdefault(get(route["dialect"]).default_path, []).append(route)
+    shared = [group for group in by_path.values() if len(group) > 1]
+    assert shared, "no two dialects suggest one path"
+    for group in shared:
+        assert len({r["path"] for r in group}) == len(group)
+        for route in group:
+            for stream in (False, True):
+                path, body, headers = client_request(route["dialect"], route["path"],
+                                                     stream=stream)
+                async with demo.gw.post(path, json=body, headers=headers) as resp:
+                    assert resp.status == 200, (route, stream)
+                    reader = reader_for(route["dialect"])
+                    seen = reader.read_stream(await resp.read()) if stream else \
+                        reader.read_whole(await resp.json())
+                    assert "demo backend" in seen.text and seen.error is None, route

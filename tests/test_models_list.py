@@ -19,7 +19,8 @@ from gateway.app import create_app
 from gateway.config import parse_config
 from gateway.dialects import DIALECTS, Dialect
 from gateway.log import configure_logging
-from gateway.models_list import listing_path, model_lists
+from gateway.models_list import info_path, listing_path, model_lists
+from gateway.route_paths import distinct_paths
 from gateway.upstream import MemoryResponse, MemoryTransport, UpstreamRequest
 
 LISTING = [d for d in DIALECTS.values() if d.models_path is not None]
@@ -97,18 +98,21 @@ async def test_routes_of_dialects_that_list_nothing_have_no_list(aiohttp_client:
 
 async def test_one_path_shared_by_dialects_answers_each_client_in_its_own_shape(
         aiohttp_client: Any) -> None:
-    """Every listing dialect's route at its conventional path: where paths coincide, the
-    request's header picks the group (one SDK's dialects), which lists all its routes' models."""
+    """Every listing dialect's route at its conventional path (a suggestion: resolved as the
+    demo resolves it): where listing paths coincide, the request's header picks the group (one
+    SDK's dialects), which lists all its routes' models."""
     ups: dict[str, Any] = {}
     routes = []
+    paths = distinct_paths(d.name for d in LISTING)
     for i, d in enumerate(LISTING):
         ups[f"u{i}"] = {"dialect": d.name, "url": f"http://u{i}.test/chat",
                         "model": f"model-of-{d.name}"}
-        routes.append({"path": d.default_path, "dialect": d.name, "upstream": f"u{i}"})
+        routes.append({"path": paths[d.name], "dialect": d.name, "upstream": f"u{i}"})
     client = await start(aiohttp_client, {"upstreams": ups, "routes": routes})
     by_path: dict[str, dict[str | None, list[Dialect]]] = {}
     for d in LISTING:
-        by_path.setdefault(d.models_path or "", {}).setdefault(d.models_header, []).append(d)
+        listed = listing_path(paths[d.name], d) or ""
+        by_path.setdefault(listed, {}).setdefault(d.models_header, []).append(d)
     assert any(len(groups) > 1 for groups in by_path.values()), \
         "no two kinds of client list models at one path: nothing to pick between"
     for path, groups in by_path.items():
@@ -193,3 +197,36 @@ async def test_lists_are_counted_and_logged(aiohttp_client: Any,
     assert access[0]["route"] == d.models_path and access[0]["status"] == 200
     assert access[0]["user_agent"] == "lister/1.0" and access[0]["client"] == "127.0.0.1"
     assert access[0]["response_bytes"] == len(orjson.dumps(d.render_models(["m-one", "m-two"])))
+
+
+# --- one model described, where a dialect declares it (``model_info``) --------------------------
+
+DESCRIBING = [d for d in DIALECTS.values() if getattr(d, "model_info", None) is not None]
+
+
+def test_some_dialect_describes_one_model() -> None:
+    assert DESCRIBING, "no dialect declares model_info: the tests below prove nothing"
+
+
+@pytest.mark.parametrize("d", DESCRIBING, ids=[d.name for d in DESCRIBING])
+async def test_a_model_is_described_beside_the_route(aiohttp_client: Any, d: Dialect) -> None:
+    route = "/team" + d.default_path
+    client = await start(aiohttp_client, {
+        "auth": {"api_keys": ["k1"]}, "upstreams": upstreams(d),
+        "routes": [{"path": route, "dialect": d.name, "upstream": ["a", "b"]}]})
+    at = info_path(route, d)
+    assert at is not None and at.startswith("/team/")
+    key = {"Authorization": "Bearer k1"}
+    field = d.model_info.keys[0]  # type: ignore[attr-defined]
+    ok = await client.post(at, json={field: "m-three"}, headers=key)
+    assert ok.status == 200
+    assert await ok.json() == d.render_model_info("m-three")  # type: ignore[attr-defined]
+    for body, status in (({field: "m-four"}, 404), ({}, 400), (None, 400)):
+        resp = await client.post(at, json=body, headers=key) if body is not None else \
+            await client.post(at, data=b"{nope", headers=key)
+        assert resp.status == status, body
+        assert d.parse_error(await resp.json()) is not None
+    assert (await client.post(at, json={field: "m-one"})).status == 401
+    got = await client.get(at, headers=key)
+    assert got.status == 405 and got.headers["Allow"] == "POST"
+    assert d.parse_error(await got.json()) is not None

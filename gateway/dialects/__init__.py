@@ -21,6 +21,7 @@ from gateway.dialects.base import (
     TokenCount,
 )
 from gateway.dialects.chatui import ChatUIDialect
+from gateway.dialects.ollama import OllamaDialect
 from gateway.dialects.openai import OpenAIDialect
 from gateway.dialects.openai_responses import OpenAIResponsesDialect
 from gateway.dialects.protocol_2024_01_28 import Protocol20240128
@@ -36,6 +37,7 @@ _BUILTIN: tuple[Dialect, ...] = (
     OpenAIDialect(),
     AnthropicDialect(),
     OpenAIResponsesDialect(),
+    OllamaDialect(),
     AISDKUIDialect(),
 )
 

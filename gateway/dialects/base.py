@@ -45,6 +45,7 @@ __all__ = [
     "SSE_ACCEPT",
     "Capabilities",
     "Dialect",
+    "ModelInfo",
     "Samples",
     "SessionKind",
     "StreamDecoder",
@@ -119,6 +120,15 @@ class Capabilities:
     structured_output: frozenset[str] = frozenset()
     """The kinds of :class:`~gateway.canonical.OutputFormat` a request may ask for
     (``json_schema``, ``json_object``), answered as JSON text; empty: none."""
+    tool_choices: frozenset[str] = frozenset({"auto", "none", "required", "tool", "parallel"})
+    """Which :attr:`~gateway.canonical.ToolChoice.mode` a request may ask for (with
+    ``tools``), and ``parallel`` when it may forbid parallel calls: a dialect whose model always
+    chooses for itself (Ollama's) declares ``auto`` alone; any other choice is lost under the
+    field ``tool_choice``."""
+    inline_images_only: bool = False
+    """With ``images``: only images sent inline (base64 data) can be carried, not by URL (the
+    gateway never fetches a URL for an upstream); an image by URL is lost under the field
+    ``images``."""
     # (not hashed: a mapping cannot be, and the declarations stay hashable as they were)
     answer_context: Mapping[str, JSON] | None = field(default=None, hash=False)
     """The context every whole answer to this dialect's clients carries, when the upstream sent
@@ -128,7 +138,8 @@ class Capabilities:
     on as it is. ``None``: the dialect's clients need none."""
 
 
-_QUALIFIERS = frozenset({"reasoning_replay", "answer_context"})
+_QUALIFIERS = frozenset({"reasoning_replay", "answer_context", "tool_choices",
+                         "inline_images_only"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,10 +174,24 @@ class TokenCount:
         return count if isinstance(count, int) and not isinstance(count, bool) else None
 
 
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    """A dialect's endpoint that describes one model its clients name in a ``POST`` body
+    (Ollama's ``POST /api/show``): answered beside a route's path, as :attr:`Dialect.models_path`
+    is, by the dialect's ``render_model_info(name)`` for a model the route's upstreams serve, and
+    404 in the dialect's error shape for any other."""
+
+    path: str
+    """Written beside :attr:`Dialect.default_path` (``/api/show`` beside ``/api/chat``)."""
+    keys: tuple[str, ...] = ("model",)
+    """The body's fields that may name the model, the first present wins."""
+
+
 FIELDS: tuple[str, ...] = tuple(f for f in Capabilities.__dataclass_fields__
                                 if f not in _QUALIFIERS)
-"""Every capability's name (``reasoning_replay`` only qualifies ``reasoning``, and
-``answer_context`` the RAG context fields)."""
+"""Every capability's name (``reasoning_replay`` only qualifies ``reasoning``,
+``answer_context`` the RAG context fields, ``tool_choices`` ``tools`` and
+``inline_images_only`` ``images``)."""
 
 
 def answer_context(caps: Capabilities, context: JSON) -> JSON:
@@ -344,7 +369,9 @@ class Dialect(Protocol):
 
     @property
     def default_path(self) -> str:
-        """Where this dialect's clients post by convention (the demo serves it there)."""
+        """Where this dialect's clients post by convention: a suggestion, which another
+        dialect may make too (:func:`gateway.route_paths.distinct_paths` resolves them for one
+        gateway, as the demo does)."""
         ...
 
     @property
@@ -366,6 +393,9 @@ class Dialect(Protocol):
     def render_models(self, names: Sequence[str]) -> JSON:
         """The model list body for :attr:`models_path` (only called when that is set)."""
         ...
+
+    # Optional: ``model_info: ModelInfo | None``, an endpoint that describes one model
+    # (:class:`ModelInfo`), with ``render_model_info(name: str) -> JSON``, its answer.
 
     @property
     def token_count(self) -> TokenCount | None:

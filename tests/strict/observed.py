@@ -28,6 +28,8 @@ on its samples only):
 - ``SAMPLING``: the request fields of ``extra`` (``model``, ``temperature``, …) the dialect has;
 - ``FINISH``: the dialect's finish reasons mapped to ``stop`` / ``length`` / ``tool_calls`` /
   ``content_filter`` (the writers take ``obs.finish`` in those words).
+- ``COVERS``: for a dialect with fewer reasons than those, the neutral reasons each of its own
+  stands for (Ollama's ``stop`` also follows tool calls).
 
 Conventions that let two dialects' observations be compared: a multi-agent answer's ``text`` is
 :func:`agents_text` of its agents (the documented way single-message dialects carry them); a
