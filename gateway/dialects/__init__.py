@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from importlib.metadata import entry_points
 
+from gateway.dialects.ag_ui import AgUiDialect
 from gateway.dialects.anthropic import AnthropicDialect
 from gateway.dialects.base import (
     Capabilities,
@@ -35,6 +36,7 @@ _BUILTIN: tuple[Dialect, ...] = (
     OpenAIDialect(),
     AnthropicDialect(),
     OpenAIResponsesDialect(),
+    AgUiDialect(),
 )
 
 DIALECTS: dict[str, Dialect] = {d.name: d for d in _BUILTIN}

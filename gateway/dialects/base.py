@@ -323,6 +323,10 @@ class Dialect(Protocol):
     # for its text and number), and a run of them as the ``TextRun`` it is (its ``text()`` and
     # the ``counter`` of its last chunk).
 
+    # Optional: ``streams_only: bool``. The dialect has no whole answer (an AG-UI agent only
+    # answers with its event stream): an upstream of it is always asked for a stream, whatever
+    # its ``streaming`` setting, and a client that wanted a whole answer gets it assembled.
+
     @property
     def stream_path(self) -> str | None:
         """A suffix that selects the streamed answer by path (``/stream``), or ``None`` when the
