@@ -110,9 +110,7 @@ _PROPS: dict[str, str] = {
     "user": "user",
 }
 """Canonical sampling name -> its ``forwardedProps`` key (with ``model``, ``toolChoice``,
-``parallelToolCalls`` and ``reasoning``: the fields a chat API has and ``RunAgentInput`` has not)."""
-_PROP_KEYS = frozenset({*_PROPS.values(), "model", "toolChoice", "parallelToolCalls",
-                        "reasoning"})
+``parallelToolCalls`` and ``reasoning``: what a chat API has and ``RunAgentInput`` has not)."""
 
 _SEAL = "chat-gateway/1:"
 """The start of an encrypted value the gateway sealed: ``chat-gateway/1:<dialect>:<s|r>:<value>``

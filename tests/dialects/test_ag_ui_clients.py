@@ -1,0 +1,294 @@
+"""AG-UI's own client library, ``@ag-ui/client``'s ``HttpAgent`` (Node, tests/node/ag_ui_runs.mjs),
+holding conversations through the gateway with the backends an agent UI wants to reach: a RAG
+backend with citations, follow-ups and session state, a Chat UI backend, a Chat Completions
+backend with a frontend tool round trip, an Anthropic backend that reasons; and the reverse, an
+AG-UI agent endpoint (tests/node/ag_ui_agent.mjs, validating every input with the protocol's
+own schema) behind a Chat UI client and the ``openai`` SDK.
+
+What is asserted is what the libraries produce (the agent's messages and state, the SDK's
+objects), and what the fake backends were sent. Every dialect is found in the registry by what
+it declares or by its samples; none is named.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import openai
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from fakes import closed_port
+from node_clients import NODE_DIR, ensure_node_modules, run_node
+from strict import reader_for
+
+from gateway.app import create_app
+from gateway.canonical import (
+    ContextUpdate,
+    ReasoningDelta,
+    StreamError,
+    StreamEvent,
+    StreamFinish,
+    StreamStart,
+    TextDelta,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+    Usage,
+)
+from gateway.config import parse_config
+from gateway.dialects import DIALECTS, Dialect
+from gateway.framing import encoder_for
+
+
+def _one(what: str, found: list[Dialect]) -> Dialect:
+    assert found, f"no registered dialect is {what}"
+    return found[0]
+
+
+AGUI = _one("an agent UI's (its requests name a thread and a run)", [
+    d for d in DIALECTS.values()
+    if isinstance(d.samples.requests.get("text"), dict)
+    and {"threadId", "runId"} <= set(d.samples.requests["text"])])
+RAG = _one("a RAG backend with citations, follow-ups and JSON session state", [
+    d for d in DIALECTS.values()
+    if d.capabilities.citations and d.capabilities.followups and not d.capabilities.tools
+    and d.capabilities.session_state == "json" and d.stream_path is not None])
+CHATUI = _one("a frontend whose session state is a string",
+              [d for d in DIALECTS.values() if d.capabilities.session_state == "string"])
+CHAT = _one("Chat Completions", [d for d in DIALECTS.values()
+                                 if d.default_path.endswith("/chat/completions")])
+REASONER = _one("a backend that signs its reasoning (takes back only its own)", [
+    d for d in DIALECTS.values()
+    if d.capabilities.reasoning and d.capabilities.reasoning_replay == "own"
+    and not d.capabilities.citations])
+
+WEATHER = {"name": "get_weather", "description": "The weather in a city",
+           "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                          "required": ["city"]}}
+
+
+# --- a scripted backend of any dialect ------------------------------------------------------------
+
+
+class Backend:
+    """A fake upstream of ``dialect``: each request is answered with the next script's events,
+    written by the dialect's own stream encoder (the gateway asks it for streams), and kept."""
+
+    def __init__(self, dialect: Dialect, *scripts: list[StreamEvent]) -> None:
+        self.dialect = dialect
+        self.scripts = list(scripts)
+        self.seen: list[Any] = []
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.seen.append(body)
+        events = self.scripts.pop(0)
+        encoder, frame = self.dialect.encoder(self.dialect.parse_request(body)), \
+            encoder_for(self.dialect.framing)
+        out = web.StreamResponse(headers={"Content-Type": self.dialect.stream_content_type})
+        await out.prepare(request)
+        for e in events:
+            data = b"".join(frame(p) for p in encoder.encode(e))
+            if data:
+                await out.write(data)
+        await out.write_eof()
+        return out
+
+    def sent(self, i: int) -> Any:
+        """The ``i``-th request as the backend's strict reader reads it."""
+        return reader_for(self.dialect).read_request(self.seen[i])
+
+
+@contextlib.asynccontextmanager
+async def serving(app: web.Application) -> AsyncIterator[TestServer]:
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    try:
+        yield server
+    finally:
+        await server.close()
+
+
+@contextlib.asynccontextmanager
+async def gateway(routes: dict[str, tuple[Dialect, Dialect, str]],
+                  **route_extra: Any) -> AsyncIterator[TestServer]:
+    """The gateway with one route per entry: path -> (client dialect, upstream dialect, url)."""
+    cfg = {"upstreams": {f"u{i}": {"dialect": up.name, "url": url, "model": "up-model",
+                                   "streaming": "always", "timeout": 20}
+                         for i, (_, up, url) in enumerate(routes.values())},
+           "routes": [{"path": path, "dialect": cl.name, "upstream": f"u{i}", **route_extra}
+                      for i, (path, (cl, _, _)) in enumerate(routes.items())]}
+    async with serving(create_app(parse_config(cfg, env={}))) as server:
+        yield server
+
+
+@contextlib.asynccontextmanager
+async def backend(b: Backend) -> AsyncIterator[str]:
+    app = web.Application()
+    app.router.add_route("POST", "/{tail:.*}", b.handle)
+    async with serving(app) as server:
+        yield str(server.make_url("/chat"))
+
+
+async def runs(*steps: dict[str, Any]) -> list[dict[str, Any]]:
+    got = await run_node("ag_ui_runs.mjs", env={"RUNS": json.dumps(steps)}, timeout=90)
+    assert isinstance(got, list) and len(got) == len(steps)
+    for run in got:
+        assert run["warnings"] == [], run["warnings"]  # nothing the protocol does not define
+    return got
+
+
+def texts(messages: list[dict[str, Any]], role: str = "assistant") -> list[str]:
+    return [m.get("content") or "" for m in messages if m["role"] == role]
+
+
+# --- an agent UI in front of the backends ---------------------------------------------------------
+
+
+async def test_a_rag_backend_keeps_its_state_and_cites_behind_an_agent_ui() -> None:
+    ctx = {"data_points": {"text": ["benefits.pdf#page=2: Plus covers vision."]}}
+    rag = Backend(RAG,
+                  [StreamStart(context=ctx, session_state={"conversation": "c-1", "turn": 1}),
+                   TextDelta("Plus covers "), TextDelta("vision [benefits.pdf#page=2]."),
+                   ContextUpdate(context={"followup_questions": ["And dental?"]}),
+                   StreamFinish()],
+                  [StreamStart(session_state={"conversation": "c-1", "turn": 2}),
+                   TextDelta("Dental too."), StreamFinish()])
+    async with backend(rag) as url, gateway({"/agent": (AGUI, RAG, url)}) as gw:
+        target = str(gw.make_url("/agent"))
+        first, second = await runs({"url": target, "user": "What does Plus cover?"},
+                                   {"url": target, "user": "And dental?"})
+    assert [(m["role"], m.get("content")) for m in first["newMessages"]] == [
+        ("assistant", "Plus covers vision [benefits.pdf#page=2].")]
+    assert first["state"] == {"conversation": "c-1", "turn": 1}
+    assert first["custom"] == [
+        {"name": "sources", "value": [{"id": "benefits.pdf#page=2",
+                                       "title": "benefits.pdf#page=2",
+                                       "snippet": "Plus covers vision."}]},
+        {"name": "followups", "value": ["And dental?"]}]
+    assert first["runError"] is None and first["error"] is None
+    # the state the backend gave comes back to it with the next turn, and its answer replaces it
+    assert rag.sent(0).session_state is None
+    assert rag.sent(1).session_state == {"conversation": "c-1", "turn": 1}
+    assert [(m.role, m.text) for m in rag.sent(1).messages] == [
+        ("user", "What does Plus cover?"),
+        ("assistant", "Plus covers vision [benefits.pdf#page=2]."),
+        ("user", "And dental?")]
+    assert texts(second["newMessages"]) == ["Dental too."]
+    assert second["state"] == {"conversation": "c-1", "turn": 2}
+
+
+async def test_a_chat_ui_backend_behind_an_agent_ui_keeps_its_conversation_id() -> None:
+    ctx = {"data_points": {"text": ["faq.md: Returns take 30 days."]}}
+    chat = Backend(CHATUI,
+                   [StreamStart(context=ctx, session_state="conv-9"), TextDelta("Thirty "),
+                    TextDelta("days."), StreamFinish()],
+                   [StreamStart(session_state="conv-9"), TextDelta("Yes."), StreamFinish()])
+    async with backend(chat) as url, gateway({"/agent": (AGUI, CHATUI, url)}) as gw:
+        target = str(gw.make_url("/agent"))
+        first, second = await runs({"url": target, "user": "How long are returns?"},
+                                   {"url": target, "user": "Even on sale?"})
+    assert texts(first["newMessages"]) == ["Thirty days."]
+    assert first["state"] == "conv-9"  # the Chat UI's conversation is the run's state
+    assert first["custom"] == [{"name": "sources", "value": [
+        {"id": "faq.md", "title": "faq.md", "snippet": "Returns take 30 days."}]}]
+    assert chat.sent(0).session_state is None
+    assert chat.sent(1).session_state == "conv-9"
+    assert texts(second["newMessages"]) == ["Yes."]
+
+
+async def test_a_frontend_tool_round_trip_then_the_same_conversation_on_a_rag_backend() -> None:
+    """Chat Completions calls the agent UI's own tool; the app runs it and the next run sends
+    the result; then the app switches the conversation to a RAG backend (which has no tools: the
+    route drops them, the history's tool turns included) and keeps talking there."""
+    chat = Backend(CHAT,
+                   [StreamStart(model="up-model"), TextDelta("Checking."),
+                    ToolCallStart(0, "call_1", "get_weather"), ToolCallDelta(0, '{"city":'),
+                    ToolCallDelta(0, '"Paris"}'), ToolCallEnd(0),
+                    StreamFinish("tool_calls", Usage(10, 5))],
+                   [StreamStart(model="up-model"), TextDelta("It is 22 °C in Paris."),
+                    StreamFinish("stop", Usage(20, 8))])
+    rag = Backend(RAG,
+                  [StreamStart(session_state={"turn": 1}), TextDelta("Pack a light coat."),
+                   StreamFinish()],
+                  [StreamStart(session_state={"turn": 2}), TextDelta("And an umbrella."),
+                   StreamFinish()])
+    async with backend(chat) as chat_url, backend(rag) as rag_url, \
+            gateway({"/chat": (AGUI, CHAT, chat_url), "/rag": (AGUI, RAG, rag_url)},
+                    on_unsupported="drop") as gw:
+        to_chat, to_rag = str(gw.make_url("/chat")), str(gw.make_url("/rag"))
+        got = await runs(
+            {"url": to_chat, "user": "Weather in Paris?", "tools": [WEATHER]},
+            {"url": to_chat, "tools": [WEATHER], "toolResults": {"get_weather": '{"temp":22}'}},
+            {"url": to_rag, "user": "What should I pack?", "tools": [WEATHER]},
+            {"url": to_rag, "user": "Anything else?", "tools": [WEATHER]})
+    called, answered, packed, more = got
+    # the library's own reading: a pending call of the frontend tool, its arguments whole
+    assert called["pendingToolCallIds"] == ["call_1"]
+    [assistant] = called["newMessages"]
+    assert assistant["content"] == "Checking."
+    assert assistant["toolCalls"] == [{"id": "call_1", "type": "function", "function": {
+        "name": "get_weather", "arguments": '{"city":"Paris"}'}}]
+    assert chat.sent(0).tools == ["get_weather"]
+    # the next run carries the result to the backend, which answers from it
+    turn = chat.sent(1).messages
+    assert [(m.role, m.tool_result_for, m.text) for m in turn[-2:]] == [
+        ("assistant", None, "Checking."), ("tool", "call_1", '{"temp":22}')]
+    assert turn[-2].tool_calls[0].arguments == {"city": "Paris"}
+    assert texts(answered["newMessages"]) == ["It is 22 °C in Paris."]
+    assert answered["pendingToolCallIds"] == []
+    # the RAG backend gets the conversation without what it cannot carry, and keeps its state
+    assert [(m.role, m.text) for m in rag.sent(0).messages] == [
+        ("user", "Weather in Paris?"), ("assistant", "Checking."),
+        ("assistant", "It is 22 °C in Paris."), ("user", "What should I pack?")]
+    assert texts(packed["newMessages"]) == ["Pack a light coat."]
+    assert rag.sent(1).session_state == {"turn": 1}
+    assert texts(more["newMessages"]) == ["And an umbrella."]
+    assert more["state"] == {"turn": 2}
+    assert [m["role"] for m in more["messages"]] == [
+        "user", "assistant", "tool", "assistant", "user", "assistant", "user", "assistant"]
+
+
+async def test_signed_reasoning_goes_back_to_the_backend_that_signed_it() -> None:
+    thinker = Backend(REASONER,
+                      [StreamStart(model="up-model"), ReasoningDelta("Six times seven. "),
+                       ReasoningDelta("", signature="sig-ü-1", dialect=REASONER.name),
+                       TextDelta("42."), StreamFinish("stop", Usage(9, 30))],
+                      [StreamStart(model="up-model"), TextDelta("Yes, 42."), StreamFinish()])
+    async with backend(thinker) as url, gateway({"/agent": (AGUI, REASONER, url)}) as gw:
+        target = str(gw.make_url("/agent"))
+        first, second = await runs({"url": target, "user": "6 x 7?"},
+                                   {"url": target, "user": "Sure?"})
+    reasoning, answer = first["newMessages"]
+    assert reasoning["role"] == "reasoning" and reasoning["content"] == "Six times seven. "
+    assert isinstance(reasoning.get("encryptedValue"), str)  # opaque to the app, kept by it
+    assert answer == {"id": answer["id"], "role": "assistant", "content": "42."}
+    assert first["reasoningEvents"] == 1
+    # the next run sends the reasoning back, and the backend gets its own signed thinking
+    sent = thinker.sent(1)
+    assert [(m.role, m.text, m.reasoning) for m in sent.messages] == [
+        ("user", "6 x 7?", ""), ("assistant", "42.", "Six times seven. "), ("user", "Sure?", "")]
+    assert "sig-ü-1" in json.dumps(thinker.seen[1], ensure_ascii=False)
+    assert texts(second["newMessages"]) == ["Yes, 42."]
+
+
+async def test_errors_reach_the_agent_ui_as_the_library_reports_them() -> None:
+    broken = Backend(CHAT, [StreamStart(), TextDelta("Partial "),
+                            StreamError("the model fell over")])
+    async with backend(broken) as url, gateway({"/agent": (AGUI, CHAT, url)}) as gw:
+        target = str(gw.make_url("/agent"))
+        cut, = await runs({"url": target, "user": "Hi"})
+    # mid-run: RUN_ERROR, after the text the client was shown
+    assert cut["runError"]["message"].endswith("the model fell over")
+    assert cut["error"] is None
+    assert texts(cut["messages"]) == ["Partial "]
+    # before the run: an HTTP error, which HttpAgent rejects the run with
+    async with gateway({"/agent": (AGUI, CHAT, f"http://127.0.0.1:{closed_port()}/chat")}) as gw:
+        refused, = await runs({"url": str(gw.make_url("/agent")), "user": "Hi"})
+    assert refused["error"]["status"] == 502
+    assert "RUN_ERROR" in refused["error"]["message"]
+    assert refused["newMessages"] is None
