@@ -18,6 +18,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+import aiohttp
 import openai
 from aiohttp import web
 from aiohttp.test_utils import TestServer
@@ -292,3 +293,111 @@ async def test_errors_reach_the_agent_ui_as_the_library_reports_them() -> None:
     assert refused["error"]["status"] == 502
     assert "RUN_ERROR" in refused["error"]["message"]
     assert refused["newMessages"] is None
+
+
+# --- an AG-UI agent behind the other frontends -----------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def agent_endpoint() -> AsyncIterator[str]:
+    """tests/node/ag_ui_agent.mjs, listening on 127.0.0.1; its base URL."""
+    ensure_node_modules()
+    proc = await asyncio.create_subprocess_exec(
+        "node", str(NODE_DIR / "ag_ui_agent.mjs"), cwd=NODE_DIR, stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        line = await asyncio.wait_for(proc.stdout.readline(), 30)
+        yield f"http://127.0.0.1:{json.loads(line)['port']}"
+    finally:
+        proc.stdin.close()
+        try:
+            await asyncio.wait_for(proc.wait(), 10)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+
+
+async def inputs_of(base: str) -> list[dict[str, Any]]:
+    async with aiohttp.ClientSession() as s, s.get(f"{base}/inputs") as resp:
+        got: list[dict[str, Any]] = await resp.json()
+        return got
+
+
+async def test_an_agent_behind_a_chat_ui_frontend() -> None:
+    ask = CHATUI.samples.requests["text"]
+    assert isinstance(ask, dict)
+    async with agent_endpoint() as base, \
+            gateway({"/api/chat": (CHATUI, AGUI, f"{base}/agent")},
+                    on_unsupported="drop") as gw, aiohttp.ClientSession() as http:
+        url = str(gw.make_url("/api/chat"))
+        body = {**ask, "messages": [{"role": "user", "content": "Hello"}],
+                "conversationId": "conv-ui-1"}
+        async with http.post(url, json={**body, "stream": True},
+                             headers={"Accept": "text/event-stream"}) as resp:
+            assert resp.status == 200
+            streamed = reader_for(CHATUI).read_stream(await resp.read())
+        async with http.post(url, json={**body, "stream": False}) as resp:
+            assert resp.status == 200
+            whole = reader_for(CHATUI).read_whole(await resp.json())
+        sent = await inputs_of(base)
+    for seen in (streamed, whole):
+        assert seen.text == "Turn 1: you said Hello."
+        assert seen.citations == ["handbook.pdf#page=4"]
+        assert seen.session_state == "conv-ui-1"  # its own: the agent's state is an object
+        assert seen.error is None
+    # the agent was asked for its stream both times, the conversation id as thread and state
+    assert [s["accept"] for s in sent] == ["text/event-stream"] * 2
+    for s in sent:
+        assert s["input"]["threadId"] == "conv-ui-1" and s["input"]["state"] == "conv-ui-1"
+        assert [(m["role"], m["content"]) for m in s["input"]["messages"]] == [("user", "Hello")]
+
+
+async def test_an_agent_behind_the_openai_sdk_with_a_tool_round_trip() -> None:
+    tool = {"type": "function", "function": WEATHER}
+    async with agent_endpoint() as base, \
+            gateway({"/v1/chat/completions": (CHAT, AGUI, f"{base}/agent")}) as gw:
+        client = openai.AsyncOpenAI(base_url=str(gw.make_url("/v1")), api_key="sk-test",
+                                    max_retries=0)
+        ask = [{"role": "user", "content": "Weather in Paris?"}]
+        whole = await client.chat.completions.create(model="m", messages=ask,  # type: ignore
+                                                     tools=[tool])
+        stream = await client.chat.completions.create(model="m", messages=ask,  # type: ignore
+                                                      tools=[tool], stream=True)
+        content, args, names, ids, finish = "", "", [], [], None
+        async for chunk in stream:
+            delta = chunk.choices[0].delta if chunk.choices else None
+            if delta is not None:
+                content += delta.content or ""
+                for c in delta.tool_calls or []:
+                    ids += [c.id] if c.id else []
+                    names += [c.function.name] if c.function and c.function.name else []
+                    args += c.function.arguments or "" if c.function else ""
+            if chunk.choices and chunk.choices[0].finish_reason:
+                finish = chunk.choices[0].finish_reason
+        call = whole.choices[0].message.tool_calls[0]  # type: ignore[index]
+        answered = await client.chat.completions.create(model="m", messages=[  # type: ignore
+            *ask, whole.choices[0].message.model_dump(exclude_none=True),
+            {"role": "tool", "tool_call_id": call.id, "content": '{"temp":22}'}], tools=[tool])
+        plain = await client.chat.completions.create(  # type: ignore
+            model="m", messages=[{"role": "user", "content": "Hello"}])
+        sent = await inputs_of(base)
+    # the call the agent left for the client, not the one it ran itself
+    msg = whole.choices[0].message
+    assert msg.content == "Let me check the weather."
+    assert [(c.id, c.function.name, json.loads(c.function.arguments))  # type: ignore[union-attr]
+            for c in msg.tool_calls or []] == [("call_w1", "get_weather", {"city": "Paris"})]
+    assert whole.choices[0].finish_reason == "tool_calls"
+    assert (content, ids, names, json.loads(args), finish) == (
+        "Let me check the weather.", ["call_w1"], ["get_weather"], {"city": "Paris"},
+        "tool_calls")
+    assert answered.choices[0].message.content == 'The tool said {"temp":22}.'
+    assert plain.choices[0].message.content == "Turn 1: you said Hello."
+    assert plain.usage is not None and (plain.usage.prompt_tokens,
+                                        plain.usage.completion_tokens) == (13, 8)
+    # what the agent was sent: always a stream, the tool with its description, the result
+    assert {s["accept"] for s in sent} == {"text/event-stream"}
+    assert sent[0]["input"]["tools"] == [WEATHER]
+    result = sent[2]["input"]["messages"][-1]
+    assert (result["role"], result["toolCallId"], result["content"]) == (
+        "tool", "call_w1", '{"temp":22}')
