@@ -27,8 +27,8 @@ What the protocol has no field for travels where it says application data goes:
 The protocol has no whole answer. A client that asks for none (no ``Accept:
 text/event-stream``, which ``HttpAgent`` always sends) gets the same events as one JSON array,
 and such an array is read back as a whole answer. An upstream agent is always asked for its
-stream (:attr:`AgUiDialect.streams_only`), and a client that wants a whole answer gets it
-assembled.
+stream (:attr:`AgUiDialect.streams_only`; ``streaming: never`` reads the JSON array instead),
+and a client that wants a whole answer gets it assembled.
 
 An upstream's tool calls are held until its run ends: those it answered itself in the run
 (``TOOL_CALL_RESULT``) were its own steps, the others are the answer's tool calls, for the
@@ -582,8 +582,8 @@ class AgUiDialect(SamplesFromPackage):
     models_header: str | None = None
     token_count: TokenCount | None = None
     streams_only = True
-    """An agent endpoint only ever answers with its event stream: the gateway always asks it for
-    one (whatever the upstream's ``streaming``), and assembles a whole answer from it."""
+    """An agent endpoint answers with its event stream: the gateway asks it for one even for a
+    whole answer (``streaming: auto``), and assembles the whole answer from it."""
 
     def render_models(self, names: Any) -> JSON:
         return None
@@ -642,11 +642,7 @@ class AgUiDialect(SamplesFromPackage):
         out: dict[str, Any] = {k: v for k, v in req.extras.items()
                                if k not in _INPUT_KEYS} if same else {}
         thread = req.hints.get("threadId") if same else None
-        if not isinstance(thread, str):
-            # a string session state (a Chat UI's conversationId) names the conversation
-            thread = req.session_state if isinstance(req.session_state, str) \
-                else _new_id("thread")
-        out["threadId"] = thread
+        out["threadId"] = thread if isinstance(thread, str) else _new_id("thread")
         run = req.hints.get("runId") if same else None
         out["runId"] = run if isinstance(run, str) else _new_id("run")
         if same and isinstance(req.hints.get("parentRunId"), str):
@@ -728,11 +724,12 @@ class AgUiDialect(SamplesFromPackage):
 
 
 class _Decoder:
-    __slots__ = ("_answered", "_calls", "_ended", "_last", "_open_calls", "_roles", "_started",
-                 "_state", "_told")
+    __slots__ = ("_answered", "_calls", "_ended", "_last", "_open_calls", "_roles", "_start",
+                 "_started", "_state", "_told")
 
     def __init__(self) -> None:
         self._started = False
+        self._start: StreamStart | None = None  # RUN_STARTED's, held for a first STATE_SNAPSHOT
         self._ended = False
         self._roles: dict[str, tuple[str, str | None]] = {}  # text message id -> (role, name)
         self._told: set[str] = set()
@@ -747,16 +744,27 @@ class _Decoder:
             return []
         if isinstance(payload, RawData):
             raise DialectError("an event's data is not JSON", "stream")
+        if isinstance(payload, list):  # the run's events as one JSON array: a whole answer
+            return [e for event in payload for e in self.decode(event)]
         if not isinstance(payload, dict) or not isinstance(payload.get("type"), str):
             raise DialectError("an event must be an object with a type", "stream")
         kind = payload["type"]
         out: list[StreamEvent] = []
+        if self._start is not None:
+            # the run's state, when it comes first, is the start's (as other dialects send it)
+            start, self._start = self._start, None
+            out.append(start)
+            if kind == "STATE_SNAPSHOT" and payload.get("snapshot") is not None:
+                self._state = start.session_state = payload["snapshot"]
+                return out
         if not self._started:
             self._started = True
             run = payload.get("runId") if kind == "RUN_STARTED" else None
-            out.append(StreamStart(id=run if isinstance(run, str) else None))
+            start = StreamStart(id=run if isinstance(run, str) else None)
             if kind == "RUN_STARTED":
+                self._start = start
                 return out
+            out.append(start)
         match kind:
             case "TEXT_MESSAGE_START":
                 mid, role, name = payload.get("messageId"), payload.get("role"), \
@@ -868,7 +876,9 @@ class _Decoder:
         if self._ended:
             return []
         self._ended = True
-        return [StreamError("the upstream stream ended before RUN_FINISHED")]
+        start, self._start = self._start, None
+        return [*([start] if start is not None else []),
+                StreamError("the upstream stream ended before RUN_FINISHED")]
 
 
 # --- canonical events to the client's events -----------------------------------------------------
@@ -941,6 +951,40 @@ class _Encoder:
         out.append(_dump({"type": "REASONING_MESSAGE_START", "messageId": self._reasoning,
                           "role": "reasoning"}))
         return out
+
+    def follow(self, payload: Any) -> None:
+        """An upstream agent's event passed on to the client as it came (an identity route): the
+        runs, messages and calls it opens and closes are the ones an error event must close."""
+        if not isinstance(payload, dict):
+            return
+        kind, mid = payload.get("type"), payload.get("messageId")
+        match kind:
+            case "RUN_STARTED":
+                self._started = True
+                for attr, key in (("_thread", "threadId"), ("_run", "runId")):
+                    if isinstance(payload.get(key), str):
+                        setattr(self, attr, payload[key])
+            case "TEXT_MESSAGE_START" if isinstance(mid, str):
+                self._message, self._open_text = mid, True
+                self._text_seen = self._named = True
+                name = payload.get("name")
+                self._agent = name if isinstance(name, str) else None
+            case "TEXT_MESSAGE_END":
+                self._open_text = False
+            case "REASONING_START" if isinstance(mid, str):
+                self._span = mid
+            case "REASONING_END":
+                self._span = None
+            case "REASONING_MESSAGE_START" if isinstance(mid, str):
+                self._reasoning, self._sealed = mid, False
+            case "REASONING_MESSAGE_END":
+                self._reasoning = None
+            case "STATE_SNAPSHOT":
+                self._state = payload.get("snapshot")
+            case "RUN_FINISHED" | "RUN_ERROR":
+                self._closed = True
+            case _:
+                pass
 
     def encode(self, event: StreamEvent) -> list[Payload]:
         if self._closed:

@@ -324,8 +324,8 @@ class Dialect(Protocol):
     # the ``counter`` of its last chunk).
 
     # Optional: ``streams_only: bool``. The dialect has no whole answer (an AG-UI agent only
-    # answers with its event stream): an upstream of it is always asked for a stream, whatever
-    # its ``streaming`` setting, and a client that wanted a whole answer gets it assembled.
+    # answers with its event stream): an upstream of it whose ``streaming`` is ``auto`` is asked
+    # for a stream for whole answers too, and the client gets the whole answer assembled.
 
     @property
     def stream_path(self) -> str | None:

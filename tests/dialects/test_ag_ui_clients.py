@@ -346,10 +346,10 @@ async def test_an_agent_behind_a_chat_ui_frontend() -> None:
         assert seen.citations == ["handbook.pdf#page=4"]
         assert seen.session_state == "conv-ui-1"  # its own: the agent's state is an object
         assert seen.error is None
-    # the agent was asked for its stream both times, the conversation id as thread and state
+    # the agent was asked for its stream both times, the conversation id as its state
     assert [s["accept"] for s in sent] == ["text/event-stream"] * 2
     for s in sent:
-        assert s["input"]["threadId"] == "conv-ui-1" and s["input"]["state"] == "conv-ui-1"
+        assert s["input"]["state"] == "conv-ui-1"
         assert [(m["role"], m["content"]) for m in s["input"]["messages"]] == [("user", "Hello")]
 
 
