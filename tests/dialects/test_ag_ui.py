@@ -229,8 +229,9 @@ def test_a_multi_agent_answer_with_a_tool_call_as_the_client_reads_it() -> None:
         ("c9", "get_weather", {"city": "Oslo"})]
     assert (got.session_state, got.citations, got.followups, got.thoughts) == (
         {"k": 1}, ["a.pdf"], ["More?"], True)
-    assert (got.usage, got.model) == ((5, 6), "m1")
-    first = orjson.loads(data.split(b"\n\n")[0][6:])
+    events = [orjson.loads(e[6:]) for e in data.split(b"\n\n") if e]
+    assert got.usage == (5, 6) and events[-1]["usage"][0]["model"] == "m1"
+    first = events[0]
     assert first == {"type": "RUN_STARTED", "threadId": "thread-1", "runId": "run-2",
                      "protocolVersion": "1.0"}
 

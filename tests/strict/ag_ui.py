@@ -255,9 +255,12 @@ def _read_events(events: list[Any], *, lenient: bool) -> Observed:
 
 def read_stream(data: bytes, *, lenient: bool = False) -> Observed:
     """``lenient``: an agent's own body (a ``STATE_DELTA`` may patch the state the request
-    sent, which this reader does not know)."""
+    sent, which this reader does not know). A stream names its model only at its end (in
+    ``RUN_FINISHED.usage``), too late for a client that shows it from the start: not observed."""
     events = [loads(raw) for name, raw in sse_events(data)]
-    return _read_events(events, lenient=lenient)
+    obs = _read_events(events, lenient=lenient)
+    obs.model = None
+    return obs
 
 
 def read_whole(body: Any) -> Observed:
