@@ -112,6 +112,8 @@ _PROPS: dict[str, str] = {
 """Canonical sampling name -> its ``forwardedProps`` key (with ``model``, ``toolChoice``,
 ``parallelToolCalls`` and ``reasoning``: what a chat API has and ``RunAgentInput`` has not)."""
 
+_ROLES = frozenset({"user", "assistant", "system", "developer", "tool"})
+
 _SEAL = "chat-gateway/1:"
 """The start of an encrypted value the gateway sealed: ``chat-gateway/1:<dialect>:<s|r>:<value>``
 (``s`` a signature, ``r`` redacted reasoning), opaque to the client as the protocol wants."""
@@ -252,6 +254,8 @@ def _parse_messages(raw: JSON) -> list[Message]:
             sealed = _str_field(m, "encryptedValue", where)
             r = _unseal(sealed) if sealed is not None else Reasoning()
             r.text = text
+            if r.dialect in (None, NAME) and isinstance(m.get("id"), str):
+                r.id = m["id"]  # its own id (another dialect's ids mean nothing here)
             pending.append(r)
             continue
         name = _str_field(m, "name", where)
@@ -292,7 +296,8 @@ def _render_messages(req: ChatRequest, same: bool) -> tuple[list[JSON], list[JSO
             continue
         mid = m.extras.get("id") if same and isinstance(m.extras.get("id"), str) else f"m{i}"
         for k, r in enumerate(m.reasoning):
-            rm: dict[str, JSON] = {"id": f"{mid}-r{k}", "role": "reasoning", "content": r.text}
+            rid = r.id if same and r.id is not None else f"{mid}-r{k}"
+            rm: dict[str, JSON] = {"id": rid, "role": "reasoning", "content": r.text}
             sealed = _seal(r)
             if sealed is not None:
                 rm["encryptedValue"] = sealed
@@ -300,7 +305,8 @@ def _render_messages(req: ChatRequest, same: bool) -> tuple[list[JSON], list[JSO
         wire: dict[str, JSON] = {k: v for k, v in m.extras.items() if not k.startswith("_")} \
             if same else {}
         wire["id"] = mid
-        role = m.role
+        # a role the protocol has no message for (another dialect's own) is the user's
+        role = m.role if m.role in _ROLES else "user"
         wire["role"] = role
         if role == "tool":
             wire["content"] = _render_parts(m.content, same)

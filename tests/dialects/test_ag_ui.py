@@ -83,11 +83,17 @@ def test_reasoning_messages_go_with_the_assistant_turn_after_them() -> None:
     req = D.parse_request(body)
     assert [(m.role, m.text) for m in req.messages] == [
         ("user", "Q"), ("assistant", "A"), ("tool", "timed out")]
-    assert req.messages[1].reasoning == [Reasoning("think", redacted="opaque-1", dialect=D.name)]
+    assert req.messages[1].reasoning == [
+        Reasoning("think", redacted="opaque-1", id="r", dialect=D.name)]
     assert req.messages[2].is_error
     out = D.render_request(req, stream=True, model=None)
-    assert out["messages"][1] == {"id": "a-r0", "role": "reasoning", "content": "think",
+    assert out["messages"][1] == {"id": "r", "role": "reasoning", "content": "think",
                                   "encryptedValue": "opaque-1"}
+    # to another dialect's upstream and back, the reasoning keeps its text, the turn its place
+    req.extras_dialect = None
+    again = D.render_request(req, stream=True, model=None)["messages"]
+    assert [(m["id"], m["role"]) for m in again] == [
+        ("m0", "user"), ("m1-r0", "reasoning"), ("m1", "assistant"), ("m2", "tool")]
 
 
 def test_another_dialects_signature_is_sealed_for_it_and_comes_back() -> None:
