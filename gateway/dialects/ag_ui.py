@@ -893,7 +893,7 @@ class _Decoder:
 class _Encoder:
     __slots__ = ("_agent", "_calls", "_closed", "_message", "_model", "_named", "_open_text",
                  "_pending", "_reasoning", "_run", "_sealed", "_span", "_started", "_state",
-                 "_text_seen", "_thread")
+                 "_text_seen", "_thread", "_told")
 
     def __init__(self, thread: str, run: str) -> None:
         self._thread, self._run = thread, run
@@ -912,6 +912,7 @@ class _Encoder:
         self._pending: list[str] = []
         self._state: JSON = None
         self._model: str | None = None
+        self._told: dict[JSON, JSON] = {}  # CUSTOM name -> the value last sent
 
     def _start(self, state: JSON, context: JSON) -> list[Payload]:
         out: list[Payload] = []
@@ -928,7 +929,10 @@ class _Encoder:
             self._state = state
             out.append(_dump({"type": "STATE_SNAPSHOT", "snapshot": state}))
         if context is not None:
-            out += [_dump(e) for e in _context_events(merge_context(None, context))]
+            for e in _context_events(merge_context(None, context)):
+                if self._told.get(e["name"]) != e["value"]:  # a context sent again: news only
+                    self._told[e["name"]] = e["value"]
+                    out.append(_dump(e))
         return out
 
     def _close_text(self) -> list[Payload]:

@@ -227,6 +227,7 @@ def test_a_multi_agent_answer_with_a_tool_call_as_the_client_reads_it() -> None:
         TextDelta("One.", "Research"), TextDelta("Two.", "Code"),
         ToolCallStart(0, "c9", "get_weather"), ToolCallDelta(0, '{"city":"Oslo"}'),
         ContextUpdate(context={"followup_questions": ["More?"]}),
+        ContextUpdate(context={"data_points": {"text": ["a.pdf: x"]}}),  # nothing new
         StreamFinish("tool_calls", Usage(5, 6))], req)
     got = strict.read_stream(data)
     assert got.agents == [("Research", "One."), ("Code", "Two.")]
@@ -237,6 +238,8 @@ def test_a_multi_agent_answer_with_a_tool_call_as_the_client_reads_it() -> None:
         {"k": 1}, ["a.pdf"], ["More?"], True)
     events = [orjson.loads(e[6:]) for e in data.split(b"\n\n") if e]
     assert got.usage == (5, 6) and events[-1]["usage"][0]["model"] == "m1"
+    assert [e["name"] for e in events if e["type"] == "CUSTOM"] == [
+        "sources", "thoughts", "followups"]
     first = events[0]
     assert first == {"type": "RUN_STARTED", "threadId": "thread-1", "runId": "run-2",
                      "protocolVersion": "1.0"}
