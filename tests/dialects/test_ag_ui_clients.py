@@ -401,3 +401,46 @@ async def test_an_agent_behind_the_openai_sdk_with_a_tool_round_trip() -> None:
     result = sent[2]["input"]["messages"][-1]
     assert (result["role"], result["toolCallId"], result["content"]) == (
         "tool", "call_w1", '{"temp":22}')
+
+
+# --- the protocol's own schemas --------------------------------------------------------------
+
+
+async def test_what_the_gateway_writes_passes_the_protocols_schemas(tmp_path: Any) -> None:
+    """The samples, every input the gateway renders from another dialect's requests, and every
+    event it writes for every other dialect's streams: each passes ``@ag-ui/core``'s zod schema
+    (``RunAgentInputSchema``, ``EventSchema``)."""
+    import random
+
+    from observe import chunks, client_request, request_cases, run_stream, stream_cases
+
+    from gateway.pipeline import translate_request
+
+    inputs: list[Any] = [dict(AGUI.samples.requests[k]) for k in sorted(AGUI.samples.requests)]
+    events: list[Any] = [e for k in sorted(AGUI.samples.streams)
+                         for e in reader_events(AGUI.samples.streams[k])]
+    events += AGUI.samples.responses["text"]
+    for d in DIALECTS.values():
+        for _, body in request_cases(d):
+            _, out, _ = translate_request(body, d, AGUI, model="m", policy="drop")
+            inputs.append(out)
+        for case in stream_cases(d):
+            req, _ = client_request(AGUI, stream=True, sent=case.sent)
+            _, data = run_stream(d, AGUI, req, chunks(case.body, random.Random(case.id)),
+                                 policy="drop")
+            events += reader_events(data)
+    path = tmp_path / "docs.json"
+    path.write_text(json.dumps({"inputs": inputs, "events": events}))
+    got = await run_node("ag_ui_validate.mjs", env={"DOCS": str(path)}, timeout=90)
+    bad_inputs = [(doc, issues) for doc, issues in zip(inputs, got["inputs"], strict=True)
+                  if issues]
+    bad_events = [(doc, issues) for doc, issues in zip(events, got["events"], strict=True)
+                  if issues]
+    assert not bad_inputs, bad_inputs[:3]
+    assert not bad_events, bad_events[:3]
+    assert len(inputs) > 20 and len(events) > 500  # (the cases are all there)
+
+
+def reader_events(data: bytes) -> list[Any]:
+    return [json.loads(block[6:]) for block in data.decode().split("\n\n")
+            if block.startswith("data: ")]
