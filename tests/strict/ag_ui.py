@@ -120,7 +120,66 @@ def _check(event: Any, i: int) -> str:
     return str(kind)
 
 
+_CHUNKS = {
+    # chunk type: (kind, id key, start, content, end, content key)
+    "TEXT_MESSAGE_CHUNK": ("messageId", "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT",
+                           "TEXT_MESSAGE_END"),
+    "TOOL_CALL_CHUNK": ("toolCallId", "TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END"),
+    "REASONING_MESSAGE_CHUNK": ("messageId", "REASONING_MESSAGE_START",
+                                "REASONING_MESSAGE_CONTENT", "REASONING_MESSAGE_END"),
+}
+
+
+def _expand(events: list[Any]) -> list[Any]:
+    """The ``*_CHUNK`` shorthands as the events they stand for, as ``@ag-ui/client``'s
+    ``transformChunks`` expands them: a chunk with a new id (or after another kind's chunks)
+    closes the stream open and opens its own, a chunk without an id continues the open one, and
+    any other event closes it first."""
+    out: list[Any] = []
+    open_: tuple[str, str] | None = None  # (chunk type, id)
+
+    def close() -> None:
+        nonlocal open_
+        if open_ is not None:
+            kind, ident = open_
+            key, _, _, end = _CHUNKS[kind]
+            out.append({"type": end, key: ident})
+            open_ = None
+
+    for i, e in enumerate(events):
+        kind = e.get("type") if isinstance(e, dict) else None
+        if kind not in _CHUNKS:
+            close()
+            out.append(e)
+            continue
+        key, start, content, _ = _CHUNKS[kind]
+        ident = e.get(key)
+        if open_ is None or open_[0] != kind or (ident is not None and ident != open_[1]):
+            close()
+            assert isinstance(ident, str), f"event {i}: the first {kind} needs its {key}"
+            opened: dict[str, Any] = {"type": start, key: ident}
+            if kind == "TEXT_MESSAGE_CHUNK":
+                opened["role"] = e.get("role", "assistant")
+                if "name" in e:
+                    opened["name"] = e["name"]
+            elif kind == "TOOL_CALL_CHUNK":
+                assert isinstance(e.get("toolCallName"), str), \
+                    f"event {i}: the first TOOL_CALL_CHUNK needs its toolCallName"
+                opened["toolCallName"] = e["toolCallName"]
+                if "parentMessageId" in e:
+                    opened["parentMessageId"] = e["parentMessageId"]
+            else:
+                opened["role"] = "reasoning"
+            out.append(opened)
+            open_ = (kind, ident)
+        if "delta" in e:
+            out.append({"type": content, key: open_[1], "delta": e["delta"]})
+    close()
+    return out
+
+
 def _read_events(events: list[Any], *, lenient: bool) -> Observed:
+    events = _expand(events)
     obs = Observed()
     ended: str | None = None
     open_text: dict[str, str | None] = {}  # message id -> name
