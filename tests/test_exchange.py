@@ -123,9 +123,11 @@ async def until(ready: Callable[[], bool], limit: float = 10.0) -> None:
 async def test_every_mode_is_recorded_once_with_the_status_sent(
         aiohttp_client: Any, recorder: Recorder, cl: Dialect, up: Dialect,
         stream: bool) -> None:
-    """Whole and streamed clients, in front of an upstream asked the same way (its sample)."""
+    """Whole and streamed clients, in front of an upstream asked the same way (its sample), or
+    for its stream when it only streams."""
+    up_stream = stream or getattr(up, "streams_only", False)
     client, transport = await start(aiohttp_client, config(cl, {"a": up}, on_unsupported="drop"),
-                                    by_host({"a": lambda: answer_from(up, stream=stream)}))
+                                    by_host({"a": lambda: answer_from(up, stream=up_stream)}))
     path, body, headers = stream_request(cl, "/c", stream)
     async with client.post(path, json=body, headers=headers) as resp:
         data = await resp.read()

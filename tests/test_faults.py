@@ -209,11 +209,21 @@ class Case:
         return f"{self.fault.name}-{self.upstream}->{self.client}-{mode}"
 
 
+def _upstreams(fault: Fault, stream: bool) -> list[str]:
+    """The upstream dialects that have this fault. A whole answer from an upstream that only
+    streams is always assembled from its stream: that is the faults' ``whole_streaming: always``
+    case, so the faults that answer a whole request whole are left to the others."""
+    ups = [n for n in names() if fault.exists_in(get(n))]
+    if stream or fault.whole_streaming == "always":
+        return ups
+    return [n for n in ups if not getattr(get(n), "streams_only", False)]
+
+
 def _cases() -> Iterator[Case]:
     clients = names()
     for fi, fault in enumerate(FAULTS):
-        ups = [n for n in clients if fault.exists_in(get(n))]
         for mi, stream in enumerate((False, True)):
+            ups = _upstreams(fault, stream)
             for ci, client in enumerate(clients):
                 if fault.both:  # its own dialect is answered otherwise: both
                     for up in dict.fromkeys((client, other(client))):
@@ -230,8 +240,8 @@ def _fallback_cases() -> Iterator[Case]:
     upstream dialects rotating (the default client runs them all)."""
     clients = names()
     for fi, fault in enumerate(FAULTS):
-        ups = [n for n in clients if fault.exists_in(get(n))]
         for mi, stream in enumerate((False, True)):
+            ups = _upstreams(fault, stream)
             yield Case(fault, ups[(fi * 2 + mi) % len(ups)], clients[(fi + mi) % len(clients)],
                        stream)
 

@@ -126,11 +126,13 @@ async def test_every_pair(aiohttp_client: Any, fakes: Fakes, client: str, upstre
     else:
         assert resp.headers["Content-Type"] == "application/json"
         seen = reader_for(client).read_whole(await resp.json())
-    check_carried(seen, client, upstream, streamed=stream, up_streamed=stream)
+    # an upstream that only streams is asked for its stream for a whole answer too
+    up_stream = stream or getattr(get(upstream), "streams_only", False)
+    check_carried(seen, client, upstream, streamed=stream, up_streamed=up_stream)
     # the upstream was asked in its own dialect, streamed exactly when the client streams
     [up] = fake.seen
-    assert up.stream is stream
-    assert up.path == fake.path_for(stream)
+    assert up.stream is up_stream
+    assert up.path == fake.path_for(up_stream)
     assert reader_for(upstream).read_request(up.body).messages[-1].text == QUESTION
 
 
@@ -164,6 +166,7 @@ async def test_route_paths_with_and_without_trailing_slash(aiohttp_client: Any, 
     """A route configured with or without a trailing slash serves its path both ways, whole and
     streamed however the dialect asks for a stream (a stream path too)."""
     fake = await fakes.start(other(client))
+    only_streams = getattr(get(other(client)), "streams_only", False)
     asked = []
     for configured in ("/chat", "/chat/"):
         gw = await gateway(aiohttp_client, one_route(client, upstream_config(fake),
@@ -178,8 +181,8 @@ async def test_route_paths_with_and_without_trailing_slash(aiohttp_client: Any, 
                 else:
                     assert resp.headers["Content-Type"] == "application/json"
                 seen = read_answer(client, resp.headers["Content-Type"], await resp.read())
-                assert seen.text == fake.said(stream), sent
-                asked.append(stream)
+                assert seen.text == fake.said(stream or only_streams), sent
+                asked.append(stream or only_streams)
     assert [s.stream for s in fake.seen] == asked
 
 
@@ -189,11 +192,13 @@ async def test_accept_header_streams_where_the_dialect_says_it_does(
     """``Accept: text/event-stream`` alone asks for a stream exactly where the client's dialect
     declares ``stream_by_accept``; elsewhere the same request gets a whole answer."""
     fake = await fakes.start(other(client))
+    # (an upstream that only streams is asked for its stream for a whole answer too)
+    only_streams = getattr(get(other(client)), "streams_only", False)
     gw = await gateway(aiohttp_client, one_route(client, upstream_config(fake)))
     path, body, _ = client_request(client, "/c", stream=False)
     whole = await gw.post(path, json=body)
     assert whole.headers["Content-Type"] == "application/json"
-    assert reader_for(client).read_whole(await whole.json()).text == fake.said(False)
+    assert reader_for(client).read_whole(await whole.json()).text == fake.said(only_streams)
     by_accept = get(client).stream_by_accept
     accepted = await gw.post(path, json=body, headers={"Accept": "text/event-stream"})
     assert accepted.status == 200
@@ -203,8 +208,9 @@ async def test_accept_header_streams_where_the_dialect_says_it_does(
         assert seen.text == fake.said(True) and seen.error is None
     else:
         assert accepted.headers["Content-Type"] == "application/json"
-        assert reader_for(client).read_whole(await accepted.json()).text == fake.said(False)
-    assert [s.stream for s in fake.seen] == [False, by_accept]
+        assert reader_for(client).read_whole(await accepted.json()).text == \
+            fake.said(only_streams)
+    assert [s.stream for s in fake.seen] == [only_streams, by_accept or only_streams]
 
 
 @pytest.mark.parametrize("client", names())

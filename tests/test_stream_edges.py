@@ -45,8 +45,10 @@ async def test_the_upstream_is_asked_for_its_stream_by_accept(
         aiohttp_client: Any, fakes: Fakes, name: str, stream: bool) -> None:
     """A backend may choose its stream by ``Accept`` alone (as a Chat UI backend does): a
     streamed request carries its dialect's declared ``Accept`` (``text/event-stream`` for every
-    SSE dialect), and a whole one never asks for an event stream."""
+    SSE dialect), and a whole one never asks for an event stream (but of a dialect that only
+    streams, whose whole answers are assembled from its stream)."""
     d = get(name)
+    stream_up = stream or getattr(d, "streams_only", False)
     fake = await fakes.start(name)
     gw = await gateway(aiohttp_client, name, upstream_config(fake))
     path, body, headers = client_request(name, stream=stream)
@@ -55,7 +57,7 @@ async def test_the_upstream_is_asked_for_its_stream_by_accept(
         await resp.read()
     (seen,) = fake.seen
     accept = seen.headers.get("Accept", "")
-    if stream:
+    if stream_up:
         assert accept == d.stream_accept
         if d.framing == "sse":
             assert accept == "text/event-stream"

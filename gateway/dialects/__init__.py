@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from importlib.metadata import entry_points
 
+from gateway.dialects.ag_ui import AgUiDialect
 from gateway.dialects.ai_sdk_ui import AISDKUIDialect
 from gateway.dialects.anthropic import AnthropicDialect
 from gateway.dialects.base import (
@@ -39,6 +40,7 @@ _BUILTIN: tuple[Dialect, ...] = (
     OpenAIResponsesDialect(),
     OllamaDialect(),
     AISDKUIDialect(),
+    AgUiDialect(),
 )
 
 DIALECTS: dict[str, Dialect] = {d.name: d for d in _BUILTIN}

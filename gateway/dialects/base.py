@@ -355,6 +355,9 @@ class Dialect(Protocol):
     # ``text/event-stream`` answer to such a request is assembled into one. Optional:
     # ``demo_page: str``, a page of ``gateway/static`` built on this dialect's own client, which
     # the demo serves with a route of this dialect to each of its backends.
+    # Optional: ``streams_only: bool``. The dialect has no whole answer (an AG-UI agent only
+    # answers with its event stream): an upstream of it whose ``streaming`` is ``auto`` is asked
+    # for a stream for whole answers too, and the client gets the whole answer assembled.
 
     @property
     def stream_path(self) -> str | None:

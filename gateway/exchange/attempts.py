@@ -126,7 +126,10 @@ async def _attempt(ctx: AttemptContext, req: ChatRequest, state: UpstreamState,
                    log: AttemptLog) -> Answered | Retry | Final:
     up = state.config
     dialect = get(up.dialect)
-    up_stream = req.stream if up.streaming == "auto" else up.streaming == "always"
+    # ``auto`` asks a dialect that only ever streams (``streams_only``, an optional declaration)
+    # for its stream even for a whole answer, which is then assembled from it
+    up_stream = (req.stream or getattr(dialect, "streams_only", False)) \
+        if up.streaming == "auto" else up.streaming == "always"
     body = _render(req, dialect, up_stream, up.model, up.max_tokens, ctx.route, log)
     if isinstance(body, Final):
         return body

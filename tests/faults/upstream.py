@@ -363,15 +363,17 @@ class FaultUpstream:
         body: Any = {}
         with contextlib.suppress(orjson.JSONDecodeError):
             body = seen.json
-        stream = self._wants_stream(dialect, seen.target, body)
+        stream = self._wants_stream(dialect, seen.target, body, seen.header("Accept") or "")
         handler: Callable[[_Conn, Dialect, bool], Awaitable[bool]] = getattr(self, "_" + fault)
         return await handler(conn, dialect, stream)
 
     @staticmethod
-    def _wants_stream(dialect: Dialect, target: str, body: Any) -> bool:
+    def _wants_stream(dialect: Dialect, target: str, body: Any, accept: str) -> bool:
         path = target.split("?", 1)[0].rstrip("/")
         if dialect.stream_path:
             return path.endswith(dialect.stream_path)
+        if dialect.stream_by_accept and "text/event-stream" in accept:
+            return True
         try:
             return dialect.parse_request(body).stream
         except ParseError:
