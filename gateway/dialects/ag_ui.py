@@ -40,6 +40,8 @@ from __future__ import annotations
 
 from typing import Any, assert_never
 
+import jsonpatch
+import jsonpointer
 import orjson
 
 from gateway.canonical import (
@@ -478,92 +480,17 @@ def _usage_of(raw: JSON) -> tuple[Usage | None, str | None]:
 # --- JSON Patch (RFC 6902), for STATE_DELTA ----------------------------------------------------
 
 
-def _pointer(path: str) -> list[str]:
-    if path == "":
-        return []
-    if not path.startswith("/"):
-        raise DialectError(f"not a JSON Pointer: {path!r}", "STATE_DELTA")
-    return [t.replace("~1", "/").replace("~0", "~") for t in path[1:].split("/")]
-
-
-def _parent(doc: JSON, tokens: list[str]) -> tuple[JSON, str]:
-    node = doc
-    for t in tokens[:-1]:
-        node = _child(node, t)
-    return node, tokens[-1]
-
-
-def _child(node: JSON, token: str) -> JSON:
-    if isinstance(node, dict) and token in node:
-        return node[token]
-    if isinstance(node, list) and token.isdigit() and int(token) < len(node):
-        return node[int(token)]
-    raise DialectError(f"no value at {token!r}", "STATE_DELTA")
-
-
-def _get(doc: JSON, path: str) -> JSON:
-    node = doc
-    for t in _pointer(path):
-        node = _child(node, t)
-    return node
-
-
-def _add(doc: JSON, path: str, value: JSON) -> JSON:
-    tokens = _pointer(path)
-    if not tokens:
-        return value
-    node, last = _parent(doc, tokens)
-    if isinstance(node, dict):
-        node[last] = value
-    elif isinstance(node, list) and (last == "-" or (last.isdigit() and int(last) <= len(node))):
-        node.insert(len(node) if last == "-" else int(last), value)
-    else:
-        raise DialectError(f"cannot add at {path!r}", "STATE_DELTA")
-    return doc
-
-
-def _remove(doc: JSON, path: str) -> JSON:
-    tokens = _pointer(path)
-    if not tokens:
-        return None
-    node, last = _parent(doc, tokens)
-    _child(node, last)
-    if isinstance(node, dict):
-        del node[last]
-    else:
-        del node[int(last)]
-    return doc
-
-
 def apply_patch(doc: JSON, patch: JSON) -> JSON:
     """``doc`` changed by a JSON Patch (a copy: the previous snapshot is left as it was)."""
     if not isinstance(patch, list):
         raise DialectError("must be a list of operations", "STATE_DELTA.delta")
-    doc = orjson.loads(orjson.dumps(doc))
-    for op in patch:
-        op = expect_object(op, "STATE_DELTA.delta[]")
-        kind, path = op.get("op"), op.get("path")
-        if not isinstance(path, str):
-            raise DialectError("must be a string", "STATE_DELTA.delta[].path")
-        source = op.get("from")
-        match kind:
-            case "add":
-                doc = _add(doc, path, op.get("value"))
-            case "remove":
-                doc = _remove(doc, path)
-            case "replace":
-                doc = _add(_remove(doc, path), path, op.get("value"))
-            case "move" | "copy" if isinstance(source, str):
-                value = orjson.loads(orjson.dumps(_get(doc, source)))
-                if kind == "move":
-                    doc = _remove(doc, source)
-                doc = _add(doc, path, value)
-            case "test":
-                if _get(doc, path) != op.get("value"):
-                    raise DialectError(f"test failed at {path!r}", "STATE_DELTA")
-            case _:
-                raise DialectError(f"unknown operation {kind!r}", "STATE_DELTA.delta[].op")
-    return doc
+    try:
+        patched: JSON = jsonpatch.apply_patch(doc, patch)
+    except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException, TypeError,
+            AttributeError, KeyError, IndexError, ValueError) as e:
+        # a malformed operation or a path the snapshot does not have: the agent's stream is wrong
+        raise DialectError(f"cannot apply: {e}", "STATE_DELTA.delta") from None
+    return patched
 
 
 # --- the dialect ---------------------------------------------------------------------------------
