@@ -27,6 +27,7 @@ from pydantic import (
     model_validator,
 )
 
+from gateway.carry import DEFAULT_POLICIES, GOVERNED, Policies
 from gateway.dialects import DIALECTS, get
 from gateway.errors import ConfigError
 from gateway.secrets import Scrubber, secrets_of
@@ -301,6 +302,12 @@ class UpstreamConfig(_Model):
         return self.url.rstrip("/") + suffix if suffix else self.url
 
 
+GovernedField = Literal["default", "tools", "hosted_tools", "tool_choice", "tool_calls",
+                        "tool_results", "images", "content_parts", "reasoning",
+                        "structured_output"]
+"""The keys of a per-field ``on_unsupported``: :data:`gateway.carry.GOVERNED`, and ``default``."""
+
+
 class RouteUpstream(_Model):
     """One of a route's upstreams, with its share of the traffic."""
 
@@ -356,11 +363,17 @@ class RouteConfig(_Model):
     """Further attempts on other upstreams when one fails before answering."""
     content_type: Literal["application/json-lines", "application/jsonl"] | None = None
     """JSON-lines routes only: the stream's Content-Type (default application/json-lines)."""
-    on_unsupported: Literal["reject", "drop"] = "reject"
-    """What a request or an answer carries that the other side's dialect cannot (tools, tool
-    calls, images and other content parts, reasoning): ``reject`` answers an error naming the
-    field (400 for a request, 502 for an answer); ``drop`` takes it out, counts it in
-    ``gateway_dropped_fields_total`` and logs it."""
+    on_unsupported: Literal["reject", "drop"] | dict[GovernedField, Literal["reject", "drop"]] \
+        = Field(default_factory=dict)
+    """What a request or an answer carries that the other side's dialect cannot (tools, a
+    provider's built-in tools, tool calls, images and other content parts, reasoning, structured
+    output): ``reject`` answers an error naming the field (400 for a request, 502 for an
+    answer); ``drop`` takes it out, counts it in ``gateway_dropped_fields_total``, logs it and
+    names it in the answer's ``X-Gateway-Dropped`` header. One word for every field, or a
+    mapping of field to policy (``{hosted_tools: reject}``; ``default`` for the fields not
+    named). Fields neither names follow the gateway's defaults: ``tools``, ``hosted_tools`` and
+    ``tool_choice`` (what the client offers the model) are dropped, the others rejected
+    (docs/translation.md#what-is-dropped-and-why)."""
     mint_session_state: bool = False
     """Routes whose dialect carries session state only. A request whose session state is null or
     absent gets a new one from the gateway (32 random hex characters, 128 bits from the OS's
@@ -403,6 +416,18 @@ class RouteConfig(_Model):
         if v in RESERVED_PATHS:
             raise ValueError(f"{v} is served by the gateway itself")
         return v
+
+    @cached_property
+    def policies(self) -> Policies:
+        """:attr:`on_unsupported` resolved: one policy, or one per governed field."""
+        given = self.on_unsupported
+        if isinstance(given, str):
+            return given
+        base = dict(DEFAULT_POLICIES)
+        if "default" in given:
+            base = dict.fromkeys(GOVERNED, given["default"])
+        base.update({k: v for k, v in given.items() if k != "default"})
+        return base
 
     @cached_property
     def upstreams(self) -> tuple[RouteUpstream, ...]:

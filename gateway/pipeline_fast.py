@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from gateway.canonical import ChatRequest, StreamError, StreamEvent, TextDelta
-from gateway.carry import Policy
+from gateway.carry import Policies
 from gateway.dialects import Dialect
 from gateway.framing import Payload, Slot, SniffingReader, TextRun, named, slot_payload
 from gateway.framing.jsonlines import DEFAULT_MAX_LINE
@@ -73,7 +73,7 @@ def accelerators(accelerate: Accelerate) -> frozenset[str]:
 
 def stream_translator(
     upstream: Dialect, client: Dialect, req: ChatRequest, *,
-    max_size: int = DEFAULT_MAX_LINE, policy: Policy = "reject", scrub: Scrub | None = None,
+    max_size: int = DEFAULT_MAX_LINE, policy: Policies = "reject", scrub: Scrub | None = None,
     accelerate: Accelerate = True,
 ) -> StreamTranslator:
     """A :class:`StreamTranslator` with the accelerators asked for (the plain one with none)."""
@@ -179,7 +179,7 @@ class FastStreamTranslator(StreamTranslator):
 
     def __init__(
         self, upstream: Dialect, client: Dialect, req: ChatRequest, *,
-        max_size: int = DEFAULT_MAX_LINE, policy: Policy = "reject", scrub: Scrub | None = None,
+        max_size: int = DEFAULT_MAX_LINE, policy: Policies = "reject", scrub: Scrub | None = None,
         accelerators: frozenset[str] = ACCELERATORS,
     ) -> None:
         same = upstream is client

@@ -145,7 +145,7 @@ async def _attempt(ctx: AttemptContext, req: ChatRequest, state: UpstreamState,
 def _render(req: ChatRequest, dialect: Dialect, up_stream: bool, model: str | None,
             max_tokens: int | None, route: RouteConfig, log: AttemptLog) -> bytes | Final:
     try:
-        sent, lost = adapt_request(req, dialect, route.on_unsupported)
+        sent, lost = adapt_request(req, dialect, route.policies)
     except Unsupported as e:
         return Final(ChatError(400, str(e), code="UNSUPPORTED", param=e.fields[0]))
     log.dropped.extend(f for f in lost if f not in log.dropped)
