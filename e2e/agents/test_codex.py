@@ -1,0 +1,103 @@
+"""Codex CLI (``codex exec``, from npm) through the gateway with its default config, on a
+backend of another dialect: a shell-tool loop and an ``apply_patch`` loop each, on a Chat
+Completions and on an Anthropic Messages backend.
+
+Codex speaks only the Responses API. Its first request offers function tools, its freeform
+``apply_patch`` (a ``custom`` tool with a Lark grammar, for current models), and hosted tools
+(``web_search``, ``tool_search``) that no other backend runs: the gateway drops those under its
+default policy and says so in the access log. The model named is one whose Codex profile uses
+the freeform ``apply_patch`` (``gpt-5.5``), so that the freeform path is the one exercised.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+from backends import CHAT, MESSAGES, RESPONSES, Call, Chooser, Offer, ScriptedBackend
+from harness import Gateway, run_agent
+
+pytestmark = pytest.mark.timeout(400)
+
+MODEL = "gpt-5.5"
+SHELL_TOOLS = {
+    # Codex's shell tool by model profile, and its arguments
+    "exec_command": lambda cmd: {"cmd": cmd},
+    "shell_command": lambda cmd: {"command": cmd},
+    "shell": lambda cmd: {"command": ["bash", "-lc", cmd]},
+}
+PATCH = "*** Begin Patch\n*** Update File: notes.txt\n@@\n one\n-two\n+TWO\n*** End Patch\n"
+
+
+def shell_call(offers: dict[str, Offer]) -> Call:
+    name = next(n for n in SHELL_TOOLS if n in offers)
+    return Call(name, SHELL_TOOLS[name]("printf shell-ok > shell.txt"))
+
+
+def patch_call(offers: dict[str, Offer]) -> Call:
+    assert "apply_patch" in offers, sorted(offers)
+    return Call("apply_patch", PATCH)
+
+
+SCENARIOS: dict[str, tuple[Chooser, str]] = {
+    "shell": (shell_call, "E2E-CODEX-SHELL-DONE"),
+    "apply_patch": (patch_call, "E2E-CODEX-PATCH-DONE"),
+}
+
+
+def codex_home(root: Path, gateway: Gateway) -> Path:
+    home = root / "codex-home"
+    home.mkdir()
+    (home / "config.toml").write_text(
+        f'model = "{MODEL}"\n'
+        'model_provider = "gateway"\n'
+        "[model_providers.gateway]\n"
+        'name = "chat-gateway"\n'
+        f'base_url = "{gateway.base}/v1"\n'
+        'wire_api = "responses"\n'
+        'env_key = "E2E_GATEWAY_KEY"\n'
+        "request_max_retries = 0\n"
+        "stream_max_retries = 0\n")
+    return home
+
+
+@pytest.mark.parametrize("backend_path", [CHAT, MESSAGES], ids=["chat", "messages"])
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+async def test_codex_tool_loop(
+        scenario: str, backend_path: str, tmp_path: Path,
+        agent_bin: Callable[[str], Path],
+        scripted_backend: Callable[[str, Chooser, str], Awaitable[ScriptedBackend]],
+        gateway_in_front: Callable[[str, ScriptedBackend], Awaitable[Gateway]]) -> None:
+    codex = agent_bin("codex")
+    choose, final = SCENARIOS[scenario]
+    backend = await scripted_backend(backend_path, choose, final)
+    gateway = await gateway_in_front(RESPONSES, backend)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "notes.txt").write_text("one\ntwo\n")
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path),
+           "CODEX_HOME": str(codex_home(tmp_path, gateway)), "E2E_GATEWAY_KEY": "sk-e2e",
+           "RUST_LOG": "error"}
+    run = await run_agent(
+        [str(codex), "exec", "--skip-git-repo-check",
+         # the test's own temporary directory is the sandbox: Linux sandboxing (Landlock,
+         # seccomp) is not available in every container the suite runs in
+         "--dangerously-bypass-approvals-and-sandbox", "-C", str(work),
+         f"Run the {scenario} step, then report."], cwd=work, env=env)
+
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert final in run.stdout, (run.stdout[-2000:], run.stderr[-2000:])
+    if scenario == "shell":
+        assert (work / "shell.txt").read_text() == "shell-ok"
+    else:
+        assert (work / "notes.txt").read_text() == "one\nTWO\n"
+        offered = backend.seen.offers[0]["apply_patch"]
+        # Chat Completions has freeform tools; Anthropic gets the one-string-argument function
+        assert offered.freeform == (backend_path == CHAT)
+    assert backend.seen.calls and backend.seen.results, backend.seen
+    turns = [a for a in gateway.access_lines() if a.get("status") == 200]
+    assert len(turns) >= 2, turns
+    # the hosted tools Codex offers (web_search, …) were dropped by the default policy, and said
+    assert all("hosted_tools" in (a.get("dropped") or []) for a in turns), turns
