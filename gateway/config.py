@@ -257,6 +257,11 @@ class UpstreamConfig(_Model):
     streaming: Literal["auto", "always", "never"] = "auto"
     """auto: stream when the client does; always: the upstream only streams; never: it never
     does."""
+    custom_tools: CustomTools = "native"
+    """Freeform (``custom``) tools, such as Codex's ``apply_patch``, to an upstream whose dialect
+    has them (Chat Completions): ``native`` sends them as such; ``function`` sends each as a
+    function of one string argument ``input`` and unwraps its calls, as for a dialect without
+    them (servers that take only function tools: vLLM, llama.cpp, Ollama)."""
     max_inflight: int | None = Field(None, ge=1)
     """Most concurrent requests to it (default: no limit); past it, requests wait up to
     ``queue_timeout``."""
@@ -302,6 +307,7 @@ class UpstreamConfig(_Model):
         return self.url.rstrip("/") + suffix if suffix else self.url
 
 
+CustomTools = Literal["native", "function"]
 GovernedField = Literal["default", "tools", "hosted_tools", "tool_choice", "tool_calls",
                         "tool_results", "images", "content_parts", "reasoning",
                         "structured_output"]

@@ -93,11 +93,12 @@ def parse_body(raw: bytes) -> JSON:
 
 
 def adapt_request(req: ChatRequest, upstream: Dialect, policy: Policies,
-                  ) -> tuple[ChatRequest, list[str]]:
+                  custom_tools: str = "native") -> tuple[ChatRequest, list[str]]:
     """``req`` as ``upstream`` can carry it (its tools mapped to what it has:
     :mod:`gateway.tool_shapes`), and the fields it cannot (reported). Raises
-    :class:`Unsupported` when a governed field is lost under ``reject``."""
-    req = shape_tools(req, upstream)
+    :class:`Unsupported` when a governed field is lost under ``reject``. ``custom_tools``: the
+    upstream's setting of that name."""
+    req = shape_tools(req, upstream, custom_tools)
     lost = request_losses(req, upstream)
     governed = [f for f in lost if f in GOVERNED]
     if governed:
@@ -447,7 +448,7 @@ class StreamTranslator:
     def __init__(
         self, upstream: Dialect, client: Dialect, req: ChatRequest, *,
         max_size: int = DEFAULT_MAX_LINE, policy: Policies = "reject", scrub: Scrub | None = None,
-        decoding: StreamDecoding | None = None,
+        decoding: StreamDecoding | None = None, custom_tools: str = "native",
     ) -> None:
         same = upstream is client
         self._in = decoding if decoding is not None else StreamDecoding(
@@ -460,7 +461,7 @@ class StreamTranslator:
         upstream's own payloads instead of a replay, so that its error event continues them."""
         self._frame: Callable[[Payload], bytes] = encoder_for(client.framing)
         self._gate = EventGate(client, policy) if EventGate.needed(upstream, client) else None
-        self._tools = None if same else ToolRestorer.of(req, upstream)
+        self._tools = None if same else ToolRestorer.of(req, upstream, custom_tools)
         """The client's own names and shapes of tools the upstream's dialect has none for."""
         # Same dialect both sides: the upstream's own payloads are passed on, unless the client
         # needs something of its own put in: its session state echoed because the upstream

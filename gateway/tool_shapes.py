@@ -75,9 +75,11 @@ class ToolNames:
 
     __slots__ = ("_back", "_custom", "_ns", "_up")
 
-    def __init__(self, tools: list[ToolDef], calls: list[ToolCall], upstream: Dialect) -> None:
+    def __init__(self, tools: list[ToolDef], calls: list[ToolCall], upstream: Dialect,
+                 custom_tools: str = "native") -> None:
         caps = upstream.capabilities
-        self._custom = not caps.custom_tools  # freeform tools become functions
+        # freeform tools become functions
+        self._custom = not caps.custom_tools or custom_tools == "function"
         self._ns = not caps.tool_namespaces  # namespaces are flattened
         taken = frozenset(t.name for t in tools if t.namespace is None)
         self._up: dict[tuple[str | None, str], str] = {}
@@ -161,25 +163,27 @@ def unwrap_input(arguments: str) -> str:
     return arguments
 
 
-def _names(req: ChatRequest, upstream: Dialect) -> ToolNames | None:
+def _names(req: ChatRequest, upstream: Dialect, custom_tools: str) -> ToolNames | None:
     caps = upstream.capabilities
     if not caps.tools:
         return None
     calls = [c for m in req.messages for c in m.tool_calls]
-    custom = not caps.custom_tools and (any(t.kind == "custom" for t in req.tools)
-                                        or any(c.kind == "custom" for c in calls))
+    custom = (not caps.custom_tools or custom_tools == "function") and (
+        any(t.kind == "custom" for t in req.tools) or any(c.kind == "custom" for c in calls))
     grouped = not caps.tool_namespaces and (
         any(t.namespace is not None for t in req.tools)
         or any(c.namespace is not None for c in calls))
     if not (custom or grouped):
         return None
-    return ToolNames(req.tools, calls, upstream)
+    return ToolNames(req.tools, calls, upstream, custom_tools)
 
 
-def shape_tools(req: ChatRequest, upstream: Dialect) -> ChatRequest:
+def shape_tools(req: ChatRequest, upstream: Dialect, custom_tools: str = "native",
+                ) -> ChatRequest:
     """``req`` with its freeform and grouped tools (and their calls) in the shapes ``upstream``
-    carries; ``req`` itself when it has none such."""
-    names = _names(req, upstream)
+    carries; ``req`` itself when it has none such. ``custom_tools``: the upstream's setting
+    (``function``: freeform tools go as functions even where its dialect has them)."""
+    names = _names(req, upstream, custom_tools)
     if names is None:
         return req
     messages = [replace(m, tool_calls=[names.call(c) for c in m.tool_calls])
@@ -191,10 +195,11 @@ def shape_tools(req: ChatRequest, upstream: Dialect) -> ChatRequest:
                    tool_choice=choice)
 
 
-def restore_tools(resp: ChatResponse, req: ChatRequest, upstream: Dialect) -> ChatResponse:
+def restore_tools(resp: ChatResponse, req: ChatRequest, upstream: Dialect,
+                  custom_tools: str = "native") -> ChatResponse:
     """The calls of ``upstream``'s answer to ``req`` under the names and shapes the client
     gave its tools."""
-    names = _names(req, upstream)
+    names = _names(req, upstream, custom_tools)
     if names is None or not names.active or not resp.tool_calls:
         return resp
     for m in resp.messages:
@@ -213,8 +218,9 @@ class ToolRestorer:
         self._readers: dict[int, _InputReader] = {}
 
     @staticmethod
-    def of(req: ChatRequest, upstream: Dialect) -> ToolRestorer | None:
-        names = _names(req, upstream)
+    def of(req: ChatRequest, upstream: Dialect, custom_tools: str = "native",
+           ) -> ToolRestorer | None:
+        names = _names(req, upstream, custom_tools)
         return ToolRestorer(names) if names is not None and names.active else None
 
     def restore(self, events: list[StreamEvent]) -> list[StreamEvent]:

@@ -72,6 +72,8 @@ class Seen:
     results: list[str] = field(default_factory=list)
     """The text of every tool result a request carried (last turn's first)."""
     calls: list[Call] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    """Why the scenario could not be played (what the agent offered did not fit)."""
 
 
 class ScriptedBackend:
@@ -119,7 +121,12 @@ class ScriptedBackend:
             reply = (self.final, None)
         else:
             self.seen.offers.append(offers)
-            call = self.choose(offers)
+            try:
+                call = self.choose(offers)
+            except (AssertionError, StopIteration) as e:
+                # a 400 (no retry): the scenario cannot be played with what was offered
+                self.seen.errors.append(f"{type(e).__name__}: {e}")
+                return web.json_response({"error": {"message": str(e)}}, status=400)
             self.seen.calls.append(call)
             reply = ("", call)
         text, call = reply

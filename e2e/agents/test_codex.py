@@ -87,6 +87,7 @@ async def test_codex_tool_loop(
          "--dangerously-bypass-approvals-and-sandbox", "-C", str(work),
          f"Run the {scenario} step, then report."], cwd=work, env=env)
 
+    assert not backend.seen.errors, backend.seen.errors
     assert run.returncode == 0, run.stderr[-3000:]
     assert final in run.stdout, (run.stdout[-2000:], run.stderr[-2000:])
     if scenario == "shell":

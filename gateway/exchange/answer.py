@@ -147,7 +147,7 @@ class Answerer:
         if isinstance(got, Answered):
             return got
         whole, raw = got
-        whole = restore_tools(whole, req, dialect)
+        whole = restore_tools(whole, req, dialect, call.config.custom_tools)
         if req.stream:
             return await self._bridged(req, whole)
         return await self._whole(req, whole, raw)
@@ -273,7 +273,7 @@ class Answerer:
                       dialect: Dialect) -> Answered:
         tr = stream_translator(dialect, self.client, req, max_size=call.config.max_line_bytes,
                                policy=self.policy, scrub=call.config.scrubber,
-                               accelerate=self.accelerate)
+                               accelerate=self.accelerate, custom_tools=call.config.custom_tools)
         resp: ResponseSink | None = None
         fault = "ok"
         got_data = False
