@@ -28,6 +28,7 @@ order both SDKs' accumulators hold a stream to, and :class:`_Decoder` for what i
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, assert_never
@@ -778,7 +779,41 @@ def _parse_reasoning_item(item: dict[str, JSON], where: str) -> tuple[Reasoning,
         raise DialectError("must be a string", f"{where}.encrypted_content")
     text = _reasoning_text(item, where)
     rest = split_known(item, frozenset({"id", "encrypted_content"}))
+    carried = _unsealed(encrypted)
+    if carried is not None:
+        dialect, signature, redacted = carried
+        return Reasoning(text, signature, redacted, id=rid, dialect=dialect), rest
     return Reasoning(text, id=rid, redacted=encrypted, dialect=NAME), rest
+
+
+_SEAL = "chat-gateway.1."
+"""Heads the ``encrypted_content`` of a reasoning item that holds another provider's signature
+or redacted reasoning (:func:`_sealed`)."""
+
+
+def _sealed(dialect: str | None, signature: str | None, redacted: str | None) -> str | None:
+    """Another provider's signature or redacted reasoning, as an ``encrypted_content`` a client
+    gives back as it came (Codex asks for it, ``include: ["reasoning.encrypted_content"]``, and
+    replays it): on the client's next turn the reasoning goes back to the provider that signed
+    it, which refuses a turn of thinking and tool calls without it. Opaque to the client, as the
+    API's own is; never sent to an OpenAI upstream (the reasoning is another dialect's)."""
+    if dialect is None or dialect == NAME or (signature is None and redacted is None):
+        return None
+    blob = orjson.dumps({"dialect": dialect, "signature": signature, "redacted": redacted})
+    return _SEAL + base64.urlsafe_b64encode(blob).decode()
+
+
+def _unsealed(encrypted: str | None) -> tuple[str, str | None, str | None] | None:
+    """(dialect, signature, redacted) of a :func:`_sealed` value; ``None`` for any other."""
+    if encrypted is None or not encrypted.startswith(_SEAL):
+        return None
+    try:
+        value = orjson.loads(base64.urlsafe_b64decode(encrypted[len(_SEAL):]))
+    except (ValueError, orjson.JSONDecodeError):
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("dialect"), str):
+        return None
+    return value["dialect"], _str(value.get("signature")), _str(value.get("redacted"))
 
 
 def _reasoning_text(item: dict[str, JSON], where: str) -> str:
@@ -1043,6 +1078,10 @@ def _reasoning_output(r: Reasoning) -> dict[str, JSON]:
                              if r.text else []}
     if r.redacted is not None and r.dialect == NAME:
         item["encrypted_content"] = r.redacted
+    else:
+        sealed = _sealed(r.dialect, r.signature, r.redacted)
+        if sealed is not None:
+            item["encrypted_content"] = sealed
     return item
 
 
@@ -1688,13 +1727,15 @@ class _Encoder:
         return self._open
 
     def _think(self, event: ReasoningDelta, out: list[Payload]) -> None:
-        # Another provider's signature or redacted data cannot be sent to an OpenAI client.
-        redacted = event.redacted if event.dialect == NAME else None
+        # Another provider's signature or redacted data goes to an OpenAI client sealed (its
+        # own redacted data as it came): the client's next turn gives it back.
+        redacted = event.redacted if event.dialect == NAME else _sealed(
+            event.dialect, event.signature, event.redacted)
         if not event.text and redacted is None:
             return
         self._end_message(out)
         item = self._reasoning
-        if item is not None and event.text and item.redacted is not None:
+        if item is not None and item.redacted is not None and (event.text or redacted):
             self._end_reasoning(out)  # redacted data closes the block it belongs to
             item = None
         if event.text:
