@@ -93,7 +93,7 @@ class ToolNames:
                 self._ns and namespace is not None) else name
             self._up[(namespace, name)] = flat
             wrapped = custom and self._custom
-            if flat != name or wrapped or (not self._ns and namespace is not None):
+            if flat != name or wrapped:
                 self._back[flat] = _Original(name, namespace if self._ns else None, wrapped)
 
     @property
@@ -117,12 +117,12 @@ class ToolNames:
             head = f"[{t.namespace}] {t.namespace_description or ''}".rstrip()
             description = f"{head}\n\n{description}" if description else head
             namespace = None
+        group = None if namespace is None else t.namespace_description
         if t.kind == "custom" and self._custom:
-            return ToolDef(flat, description, _input_schema(t.format), strict=None,
-                           kind="function")
+            return ToolDef(flat, description, _input_schema(t.format), kind="function",
+                           namespace=namespace, namespace_description=group)
         return replace(t, name=flat, description=description, namespace=namespace,
-                       namespace_description=None if namespace is None
-                       else t.namespace_description)
+                       namespace_description=group)
 
     def call(self, c: ToolCall) -> ToolCall:
         flat = self.up(c.namespace, c.name)
@@ -131,14 +131,19 @@ class ToolNames:
             return ToolCall(c.id, flat, orjson.dumps({INPUT: c.arguments}).decode())
         return replace(c, name=flat, namespace=namespace)
 
+    def namespace_of(self, original: _Original, given: str | None) -> str | None:
+        """A call's namespace: the one its flattened name stood for, else the one it named."""
+        return original.namespace if self._ns else given
+
     def restored(self, c: ToolCall) -> ToolCall:
         original = self.back(c.name)
         if original is None:
             return c
+        namespace = self.namespace_of(original, c.namespace)
         if original.custom:
             return ToolCall(c.id, original.name, unwrap_input(c.arguments), kind="custom",
-                            namespace=original.namespace)
-        return replace(c, name=original.name, namespace=original.namespace)
+                            namespace=namespace)
+        return replace(c, name=original.name, namespace=namespace)
 
 
 def _input_schema(fmt: JSON) -> JSON:
@@ -236,7 +241,7 @@ class ToolRestorer:
                         self._readers[e.index] = _InputReader()
                     out.append(ToolCallStart(e.index, e.id, original.name,
                                              "custom" if original.custom else e.kind,
-                                             original.namespace))
+                                             self._names.namespace_of(original, e.namespace)))
                 case ToolCallDelta() if e.index in self._readers:
                     text = self._readers[e.index].feed(e.arguments)
                     if text:

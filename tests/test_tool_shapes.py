@@ -43,7 +43,14 @@ from gateway.pipeline import (
     translate_request,
     translate_response,
 )
-from gateway.tool_shapes import INPUT, ToolRestorer, flat_name, shape_tools, unwrap_input
+from gateway.tool_shapes import (
+    INPUT,
+    ToolRestorer,
+    flat_name,
+    restore_tools,
+    shape_tools,
+    unwrap_input,
+)
 from gateway.upstream import MemoryResponse, MemoryTransport, UpstreamRequest
 
 CLIENTS = [d for d in DIALECTS.values() if "freeform" in d.samples.requests]
@@ -296,3 +303,20 @@ async def test_a_route_may_refuse_hosted_tools(aiohttp_client: Any) -> None:
     err = c.parse_error(orjson.loads(data))
     assert err is not None and err.param == "hosted_tools" and u.name in err.message
     assert DROPPED_HEADER not in headers
+
+
+def test_function_shaped_freeform_tools_keep_their_namespace_where_the_upstream_has_them() -> None:
+    grouping = [u for u in UPSTREAMS if u.capabilities.tool_namespaces
+                and u.capabilities.custom_tools]
+    for u in grouping:
+        req = ChatRequest(messages=[], tools=[
+            ToolDef("patch", kind="custom", namespace="ns"), ToolDef("read", namespace="ns")])
+        sent = shape_tools(req, u, "function")
+        assert [(t.name, t.kind, t.namespace) for t in sent.tools] == [
+            ("patch", "function", "ns"), ("read", "function", "ns")]
+        resp = ChatResponse([AssistantMessage("", tool_calls=[
+            ToolCall("1", "patch", '{"input": "x"}', namespace="ns"),
+            ToolCall("2", "read", "{}", namespace="ns")])])
+        assert restore_tools(resp, req, u, "function").tool_calls == [
+            ToolCall("1", "patch", "x", "custom", "ns"), ToolCall("2", "read", "{}",
+                                                                  namespace="ns")]
