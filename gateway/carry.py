@@ -8,7 +8,7 @@ Two kinds of field, by what a user loses:
   (400 for its request, 502 for an upstream answer or event) naming the field and the dialect
   that cannot carry it; ``drop`` takes the field out and reports it. A route that says nothing
   follows :data:`DEFAULT_POLICIES`: what the client *offers* the model (tool definitions, a
-  provider's built-in tools, ``tool_choice``) is dropped, because the model answers without it
+  provider's built-in tools, ``tool_choice``) and how hard it asks it to think are dropped, because the model answers without it
   and the client reads the answer as it would any other; what the conversation *says* (calls,
   results, images, reasoning, a schema the answer must match) is rejected, because without it
   the model answers something else than was asked.
@@ -60,16 +60,18 @@ __all__ = ["DEFAULT_POLICIES", "GOVERNED", "REPORTED", "EventGate", "Policies", 
 
 Policy = Literal["reject", "drop"]
 GOVERNED = ("tools", "hosted_tools", "tool_choice", "tool_calls", "tool_results", "images",
-            "content_parts", "reasoning", "structured_output")
+            "content_parts", "reasoning", "reasoning_effort", "structured_output")
 """``hosted_tools``: a provider's built-in tools (Responses ``web_search``, ``tool_search``,
-Anthropic's server tools…) sent to an upstream of another dialect, which cannot run them."""
+Anthropic's server tools…) sent to an upstream of another dialect, which cannot run them.
+``reasoning_effort``: how hard the client asked the model to think (an effort, a budget), to an
+upstream whose dialect has no reasoning; ``reasoning`` is reasoning in the conversation."""
 REPORTED = ("session_state", "citations", "followups", "thoughts", "usage")
 
 Policies = Policy | Mapping[str, Policy]
 """One policy for every governed field, or one per field (a field not named: ``reject``)."""
 DEFAULT_POLICIES: Mapping[str, Policy] = MappingProxyType({
     **dict.fromkeys(GOVERNED, "reject"), "tools": "drop", "hosted_tools": "drop",
-    "tool_choice": "drop"})
+    "tool_choice": "drop", "reasoning_effort": "drop"})
 """A route's policies when its config says none (see the module's docstring)."""
 
 
@@ -120,8 +122,10 @@ def request_losses(req: ChatRequest, target: Dialect) -> list[str]:
         lost.append("content_parts")
     replayed = [r for m in req.messages for r in m.reasoning if r.text or r.redacted]
     if not caps.reasoning:
-        if req.reasoning is not None or replayed:
+        if replayed:
             lost.append("reasoning")
+        elif req.reasoning is not None:
+            lost.append("reasoning_effort")
     elif not all(takes_back(r, target) for r in replayed):
         lost.append("reasoning")
     if req.output is not None and req.output.kind not in caps.structured_output:
@@ -178,8 +182,8 @@ def strip_request(req: ChatRequest, fields: list[str], target: Dialect) -> ChatR
         req, messages=messages, tools=tools,
         tool_choice=None if "tool_choice" in drop else req.tool_choice,
         output=None if "structured_output" in drop else req.output,
-        reasoning=None if "reasoning" in drop and not target.capabilities.reasoning
-        else req.reasoning)
+        reasoning=None if ("reasoning" in drop or "reasoning_effort" in drop)
+        and not target.capabilities.reasoning else req.reasoning)
 
 
 # --- whole answers -------------------------------------------------------------------------------

@@ -310,7 +310,7 @@ class UpstreamConfig(_Model):
 CustomTools = Literal["native", "function"]
 GovernedField = Literal["default", "tools", "hosted_tools", "tool_choice", "tool_calls",
                         "tool_results", "images", "content_parts", "reasoning",
-                        "structured_output"]
+                        "reasoning_effort", "structured_output"]
 """The keys of a per-field ``on_unsupported``: :data:`gateway.carry.GOVERNED`, and ``default``."""
 
 
@@ -377,8 +377,9 @@ class RouteConfig(_Model):
     answer); ``drop`` takes it out, counts it in ``gateway_dropped_fields_total``, logs it and
     names it in the answer's ``X-Gateway-Dropped`` header. One word for every field, or a
     mapping of field to policy (``{hosted_tools: reject}``; ``default`` for the fields not
-    named). Fields neither names follow the gateway's defaults: ``tools``, ``hosted_tools`` and
-    ``tool_choice`` (what the client offers the model) are dropped, the others rejected
+    named). Fields neither names follow the gateway's defaults: ``tools``, ``hosted_tools``,
+    ``tool_choice`` and ``reasoning_effort`` (what the client offers the model, and how hard it
+    asks it to think) are dropped, the others rejected
     (docs/translation.md#what-is-dropped-and-why)."""
     mint_session_state: bool = False
     """Routes whose dialect carries session state only. A request whose session state is null or

@@ -445,7 +445,9 @@ def request_checks(cl: Dialect, up: Dialect, sent: Observed, got: Observed | Non
     replayed = any(m.reasoning for m in sent.messages)
     # reasoning a dialect takes back only from itself (Anthropic's signatures) is lost elsewhere
     own_only = getattr(uc, "reasoning_replay", "any") == "own" and cl is not up
-    if (sent.extra.get("reasoning") or replayed) if not uc.reasoning else (own_only and replayed):
+    if not uc.reasoning and not replayed and sent.extra.get("reasoning"):
+        governed.add("reasoning_effort")  # only how hard to think: no reasoning is lost
+    elif replayed if not uc.reasoning else (own_only and replayed):
         governed.add("reasoning")
     carried = getattr(uc, "structured_output", frozenset())
     if sent.output is not None and sent.output[0] not in carried:

@@ -12,6 +12,7 @@ carries tools.
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -23,6 +24,7 @@ from gateway.canonical import (
     AssistantMessage,
     ChatRequest,
     ChatResponse,
+    ReasoningRequest,
     ToolCall,
     ToolCallDelta,
     ToolCallEnd,
@@ -320,3 +322,21 @@ def test_function_shaped_freeform_tools_keep_their_namespace_where_the_upstream_
         assert restore_tools(resp, req, u, "function").tool_calls == [
             ToolCall("1", "patch", "x", "custom", "ns"), ToolCall("2", "read", "{}",
                                                                   namespace="ns")]
+
+
+@pytest.mark.parametrize("c", CLIENTS, ids=[c.name for c in CLIENTS])
+def test_an_agents_first_turn_goes_to_an_upstream_without_tools_by_default(c: Dialect) -> None:
+    """An agent's first turn (its tools and its effort, no calls yet) to a backend that has no
+    tools (a RAG backend): the default policies drop what it offers and say so."""
+    full = client_request(c)
+    first = replace(full, reasoning=ReasoningRequest(effort="medium"), messages=[
+        m for m in full.messages if not m.tool_calls and m.tool_call_id is None])
+    for u in DIALECTS.values():
+        if u.capabilities.tools:
+            continue
+        sent, lost = adapt_request(first, u, DEFAULT_POLICIES)
+        assert set(lost) <= {"tools", "tool_choice", "reasoning_effort"}, (u.name, lost)
+        assert "tools" in lost and not sent.tools and sent.tool_choice is None
+        assert ("reasoning_effort" in lost) != u.capabilities.reasoning
+        with pytest.raises(Unsupported):
+            adapt_request(first, u, "reject")
