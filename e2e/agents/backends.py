@@ -5,8 +5,9 @@ A backend is chosen by the path its clients post to (``/v1/chat/completions``,
 ``default_path`` that is, so nothing here names a dialect. The script is two turns: a request
 that offers tools and carries no tool result gets one tool call (the scenario's), and a request
 that carries a tool result gets the scenario's final text; a request that offers no tools (an
-agent's side request: a title, a quota check) gets a short text. Streams and whole answers are
-both written, the wire's own way, by hand here: the gateway's code never writes what it reads.
+agent's side request, a backend that has no tools) gets the final text too. Streams and whole
+answers are both written, the wire's own way, by hand here: the gateway's code never writes what
+it reads.
 
 A freeform tool (Codex's ``apply_patch``) is called natively where the wire offers it as one
 (Chat Completions ``custom``), else as the function of one string argument ``input`` the
@@ -24,13 +25,16 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-__all__ = ["CHAT", "MESSAGES", "RESPONSES", "Call", "Offer", "ScriptedBackend", "Seen",
+__all__ = ["CHAT", "MESSAGES", "RAG", "RESPONSES", "Call", "Offer", "ScriptedBackend", "Seen",
            "free_port"]
 
 CHAT = "/v1/chat/completions"
 MESSAGES = "/v1/messages"
 RESPONSES = "/v1/responses"
-WIRES = (CHAT, MESSAGES, RESPONSES)
+RAG = "/chat"
+"""A RAG backend of the 2024-05-29 protocol: no tools; its stream at ``/chat/stream``, JSON
+lines."""
+WIRES = (CHAT, MESSAGES, RESPONSES, RAG)
 
 JSON = Any
 
@@ -95,6 +99,8 @@ class ScriptedBackend:
     async def start(self) -> None:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post(self.path, self._handle)
+        if self.path == RAG:
+            app.router.add_post(self.path + "/stream", self._handle)
         app.router.add_post(self.path + "/count_tokens", self._count)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
@@ -115,7 +121,7 @@ class ScriptedBackend:
         results = _results(self.path, body)
         self.seen.results.extend(results)
         if not offers:
-            reply: tuple[str, Call | None] = ("ok", None)
+            reply: tuple[str, Call | None] = (self.final, None)
         elif results:
             self.seen.offers.append(offers)
             reply = (self.final, None)
@@ -131,9 +137,12 @@ class ScriptedBackend:
             reply = ("", call)
         text, call = reply
         frames = _WRITERS[self.path](text, call, offers, body.get("model") or "fake-model")
-        if not body.get("stream"):
+        streamed = request.path.endswith("/stream") if self.path == RAG else body.get("stream")
+        if not streamed:
             return web.json_response(frames.whole)
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        resp = web.StreamResponse(headers={
+            "Content-Type": "application/json-lines" if self.path == RAG
+            else "text/event-stream"})
         await resp.prepare(request)
         for frame in frames.stream:
             await resp.write(frame)
@@ -326,5 +335,16 @@ def _responses(text: str, call: Call | None, offers: dict[str, Offer], model: st
     return Frames(whole, stream)
 
 
+def _rag(text: str, call: Call | None, offers: dict[str, Offer], model: str) -> Frames:
+    assert call is None, "a RAG backend has no tools"
+    context = {"data_points": {"text": []}, "thoughts": [], "followup_questions": None}
+    whole = {"message": {"role": "assistant", "content": text}, "context": context,
+             "session_state": None}
+    stream = [orjson.dumps({"delta": {"role": "assistant"}, "context": context,
+                            "session_state": None}) + b"\n"]
+    stream += [orjson.dumps({"delta": {"content": p}}) + b"\n" for p in _halves(text)]
+    return Frames(whole, stream)
+
+
 _WRITERS: dict[str, Callable[[str, Call | None, dict[str, Offer], str], Frames]] = {
-    CHAT: _chat, MESSAGES: _messages, RESPONSES: _responses}
+    CHAT: _chat, MESSAGES: _messages, RESPONSES: _responses, RAG: _rag}

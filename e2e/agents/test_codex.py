@@ -16,8 +16,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from backends import CHAT, MESSAGES, RESPONSES, Call, Chooser, Offer, ScriptedBackend
-from harness import Gateway, run_agent
+from backends import CHAT, MESSAGES, RAG, RESPONSES, Call, Chooser, Offer, ScriptedBackend
+from harness import Gateway, Run, run_agent
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -63,6 +63,19 @@ def codex_home(root: Path, gateway: Gateway) -> Path:
     return home
 
 
+async def run_codex(codex: Path, tmp_path: Path, gateway: Gateway, prompt: str) -> Run:
+    work = tmp_path / "work"
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path),
+           "CODEX_HOME": str(codex_home(tmp_path, gateway)), "E2E_GATEWAY_KEY": "sk-e2e",
+           "RUST_LOG": "error"}
+    return await run_agent(
+        [str(codex), "exec", "--skip-git-repo-check",
+         # the test's own temporary directory is the sandbox: Linux sandboxing (Landlock,
+         # seccomp) is not available in every container the suite runs in
+         "--dangerously-bypass-approvals-and-sandbox", "-C", str(work), prompt],
+        cwd=work, env=env)
+
+
 @pytest.mark.parametrize("backend_path", [CHAT, MESSAGES], ids=["chat", "messages"])
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
 async def test_codex_tool_loop(
@@ -77,15 +90,7 @@ async def test_codex_tool_loop(
     work = tmp_path / "work"
     work.mkdir()
     (work / "notes.txt").write_text("one\ntwo\n")
-    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path),
-           "CODEX_HOME": str(codex_home(tmp_path, gateway)), "E2E_GATEWAY_KEY": "sk-e2e",
-           "RUST_LOG": "error"}
-    run = await run_agent(
-        [str(codex), "exec", "--skip-git-repo-check",
-         # the test's own temporary directory is the sandbox: Linux sandboxing (Landlock,
-         # seccomp) is not available in every container the suite runs in
-         "--dangerously-bypass-approvals-and-sandbox", "-C", str(work),
-         f"Run the {scenario} step, then report."], cwd=work, env=env)
+    run = await run_codex(codex, tmp_path, gateway, f"Run the {scenario} step, then report.")
 
     assert not backend.seen.errors, backend.seen.errors
     assert run.returncode == 0, run.stderr[-3000:]
@@ -102,3 +107,24 @@ async def test_codex_tool_loop(
     assert len(turns) >= 2, turns
     # the hosted tools Codex offers (web_search, …) were dropped by the default policy, and said
     assert all("hosted_tools" in (a.get("dropped") or []) for a in turns), turns
+
+
+async def test_codex_answers_from_a_backend_without_tools(
+        tmp_path: Path, agent_bin: Callable[[str], Path],
+        scripted_backend: Callable[[str, Chooser, str], Awaitable[ScriptedBackend]],
+        gateway_in_front: Callable[[str, ScriptedBackend], Awaitable[Gateway]]) -> None:
+    """A RAG backend of the legacy protocol: no tools, no reasoning. The default policies drop
+    what Codex offers (its tools, its tool choice, its effort) and Codex prints the answer."""
+    codex = agent_bin("codex")
+    final = "E2E-CODEX-RAG-ANSWER"
+    backend = await scripted_backend(RAG, shell_call, final)
+    gateway = await gateway_in_front(RESPONSES, backend)
+    (tmp_path / "work").mkdir()
+    run = await run_codex(codex, tmp_path, gateway, "What does the plan cover?")
+
+    assert not backend.seen.errors, backend.seen.errors
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert final in run.stdout, (run.stdout[-2000:], run.stderr[-2000:])
+    turns = [a for a in gateway.access_lines() if a.get("status") == 200]
+    assert turns and all({"tools", "tool_choice", "reasoning_effort"} <= set(
+        a.get("dropped") or []) for a in turns), turns
