@@ -6,8 +6,10 @@ Requests: ``input`` is a string (one user message) or a list of items: messages 
 messages, ``function_call`` and ``function_call_output``, ``reasoning``. One canonical assistant
 message is one assistant turn: its reasoning items, then its output message, then its function
 calls, which is also the order they render back in. ``instructions`` is the leading system
-message. Function tools are flat (``{"type": "function", "name", …}``); built-in tools are kept
-verbatim for Responses upstreams only.
+message. Function tools are flat (``{"type": "function", "name", …}``), freeform tools
+``{"type": "custom", "name", "format"}`` (their calls ``custom_tool_call`` items, their results
+``custom_tool_call_output``), and a ``namespace`` tool's members are canonical tools naming it;
+built-in tools are kept verbatim for Responses upstreams only.
 
 State the gateway does not keep is refused with a 400 naming the field: ``previous_response_id``,
 ``conversation``, ``background`` and ``item_reference`` items. ``store`` (the API's default is
