@@ -8,10 +8,10 @@ Two kinds of field, by what a user loses:
   (400 for its request, 502 for an upstream answer or event) naming the field and the dialect
   that cannot carry it; ``drop`` takes the field out and reports it. A route that says nothing
   follows :data:`DEFAULT_POLICIES`: what the client *offers* the model (tool definitions, a
-  provider's built-in tools, ``tool_choice``) and how hard it asks it to think are dropped, because the model answers without it
-  and the client reads the answer as it would any other; what the conversation *says* (calls,
-  results, images, reasoning, a schema the answer must match) is rejected, because without it
-  the model answers something else than was asked.
+  provider's built-in tools, ``tool_choice``) and how hard it asks it to think are dropped,
+  because the model answers without them and the client reads the answer as it would any other;
+  what the conversation *says* (calls, results, images, reasoning, a schema the answer must
+  match) is rejected, because without it the model answers something else than was asked.
 - **Reported** (``session_state``, ``citations``, ``followups``, ``thoughts``, ``usage``): RAG
   context and accounting that dialects have always translated as far as the other side can hold
   them; what it cannot hold is reported, whatever the policy.

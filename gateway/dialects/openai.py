@@ -4,8 +4,9 @@ Requests carry content parts (``text``, ``image_url``; others are kept verbatim 
 upstreams), ``tools`` / ``tool_choice`` / ``parallel_tool_calls``, assistant ``tool_calls`` and
 ``tool`` results. Freeform tools are ``{"type": "custom", "custom": {name, format}}`` (the grammar
 nested under ``format.grammar``), their calls ``{"type": "custom", "custom": {name, input}}``,
-streamed as ``delta.tool_calls[].custom.input`` pieces. Reasoning travels as ``reasoning_content`` on messages and deltas, the field the
-OpenAI-compatible servers that stream reasoning use (DeepSeek, vLLM; ``reasoning`` is read too).
+streamed as ``delta.tool_calls[].custom.input`` pieces. Reasoning travels as
+``reasoning_content`` on messages and deltas, the field the OpenAI-compatible servers that
+stream reasoning use (DeepSeek, vLLM; ``reasoning`` is read too).
 
 Streams are SSE: a role chunk first, content and tool-call chunks (``delta.tool_calls[]`` by
 ``index``, the arguments string split over chunks), a chunk with ``finish_reason``, an optional

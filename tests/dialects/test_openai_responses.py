@@ -875,7 +875,7 @@ def _next_turn(output: list[Any]) -> dict[str, Any]:
 
 
 def _replayed_blocks(output: list[Any]) -> list[Any]:
-    req, sent, lost = translate_request(_next_turn(output), D, ANTHROPIC)
+    _, sent, lost = translate_request(_next_turn(output), D, ANTHROPIC)
     assert lost == []
     assistant = [m for m in sent["messages"] if m["role"] == "assistant"]
     return [b for b in assistant[0]["content"] if b["type"] != "tool_use"]
