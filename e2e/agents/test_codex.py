@@ -47,11 +47,11 @@ SCENARIOS: dict[str, tuple[Chooser, str]] = {
 }
 
 
-def codex_home(root: Path, gateway: Gateway) -> Path:
+def codex_home(root: Path, gateway: Gateway, model: str = MODEL) -> Path:
     home = root / "codex-home"
     home.mkdir()
     (home / "config.toml").write_text(
-        f'model = "{MODEL}"\n'
+        f'model = "{model}"\n'
         'model_provider = "gateway"\n'
         "[model_providers.gateway]\n"
         'name = "chat-gateway"\n'
@@ -63,10 +63,11 @@ def codex_home(root: Path, gateway: Gateway) -> Path:
     return home
 
 
-async def run_codex(codex: Path, tmp_path: Path, gateway: Gateway, prompt: str) -> Run:
+async def run_codex(codex: Path, tmp_path: Path, gateway: Gateway, prompt: str,
+                    model: str = MODEL) -> Run:
     work = tmp_path / "work"
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path),
-           "CODEX_HOME": str(codex_home(tmp_path, gateway)), "E2E_GATEWAY_KEY": "sk-e2e",
+           "CODEX_HOME": str(codex_home(tmp_path, gateway, model)), "E2E_GATEWAY_KEY": "sk-e2e",
            "RUST_LOG": "error"}
     return await run_agent(
         [str(codex), "exec", "--skip-git-repo-check",
@@ -128,3 +129,27 @@ async def test_codex_answers_from_a_backend_without_tools(
     turns = [a for a in gateway.access_lines() if a.get("status") == 200]
     assert turns and all({"tools", "tool_choice", "reasoning_effort"} <= set(
         a.get("dropped") or []) for a in turns), turns
+
+
+async def test_codex_namespaced_tools_reach_a_backend_without_namespaces(
+        tmp_path: Path, agent_bin: Callable[[str], Path],
+        scripted_backend: Callable[[str, Chooser, str], Awaitable[ScriptedBackend]],
+        gateway_in_front: Callable[[str, ScriptedBackend], Awaitable[Gateway]]) -> None:
+    """A model Codex has no profile for gets its fallback tools, among them the sub-agent tools
+    grouped in a ``namespace`` (``multi_agent_v1``): on an Anthropic backend they are top-level
+    tools named ``<namespace>__<name>``, and the shell loop still runs."""
+    codex = agent_bin("codex")
+    final = "E2E-CODEX-NAMESPACE-DONE"
+    backend = await scripted_backend(MESSAGES, shell_call, final)
+    gateway = await gateway_in_front(RESPONSES, backend)
+    (tmp_path / "work").mkdir()
+    run = await run_codex(codex, tmp_path, gateway, "Run the shell step, then report.",
+                          model="gpt-codex-e2e-unknown")
+
+    assert not backend.seen.errors, backend.seen.errors
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert final in run.stdout, (run.stdout[-2000:], run.stderr[-2000:])
+    assert (tmp_path / "work" / "shell.txt").read_text() == "shell-ok"
+    offered = backend.seen.offers[0]
+    grouped = [n for n in offered if "__" in n]
+    assert grouped and all(n.startswith("multi_agent_v1__") for n in grouped), sorted(offered)
