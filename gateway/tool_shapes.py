@@ -170,7 +170,11 @@ def unwrap_input(arguments: str) -> str:
 
 def _names(req: ChatRequest, upstream: Dialect, custom_tools: str) -> ToolNames | None:
     caps = upstream.capabilities
-    if not caps.tools:
+    # (every request of every route comes here: the common cases leave at once)
+    if not caps.tools or (caps.custom_tools and caps.tool_namespaces
+                          and custom_tools == "native"):
+        return None
+    if not req.tools and not any(m.tool_calls for m in req.messages):
         return None
     calls = [c for m in req.messages for c in m.tool_calls]
     custom = (not caps.custom_tools or custom_tools == "function") and (
