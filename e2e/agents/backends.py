@@ -76,6 +76,8 @@ class Seen:
     results: list[str] = field(default_factory=list)
     """The text of every tool result a request carried (last turn's first)."""
     calls: list[Call] = field(default_factory=list)
+    thinking: list[JSON] = field(default_factory=list)
+    """Anthropic wire: the thinking blocks requests gave back in assistant turns."""
     errors: list[str] = field(default_factory=list)
     """Why the scenario could not be played (what the agent offered did not fit)."""
 
@@ -83,11 +85,14 @@ class Seen:
 class ScriptedBackend:
     """One backend on a free loopback port, speaking the wire of ``path``."""
 
-    def __init__(self, path: str, choose: Chooser, final: str) -> None:
+    def __init__(self, path: str, choose: Chooser, final: str, *, think: bool = False) -> None:
         assert path in WIRES, path
         self.path = path
         self.choose = choose
         self.final = final
+        self.think = think
+        """Anthropic wire only: the tool call comes after a signed thinking block
+        (:data:`THINKING`), as a model with extended thinking answers."""
         self.seen = Seen()
         self.port = 0
         self._runner: web.AppRunner | None = None
@@ -136,7 +141,11 @@ class ScriptedBackend:
             self.seen.calls.append(call)
             reply = ("", call)
         text, call = reply
-        frames = _WRITERS[self.path](text, call, offers, body.get("model") or "fake-model")
+        if self.path == MESSAGES:
+            self.seen.thinking.extend(_thinking(body))
+        model = body.get("model") or "fake-model"
+        frames = _messages(text, call, offers, model, self.think) if self.path == MESSAGES \
+            else _WRITERS[self.path](text, call, offers, model)
         streamed = request.path.endswith("/stream") if self.path == RAG else body.get("stream")
         if not streamed:
             return web.json_response(frames.whole)
@@ -267,19 +276,44 @@ def _chat(text: str, call: Call | None, offers: dict[str, Offer], model: str) ->
     return Frames(whole, stream)
 
 
-def _messages(text: str, call: Call | None, offers: dict[str, Offer], model: str) -> Frames:
+THINKING = {"type": "thinking", "thinking": "The user wants a step run; a tool does it.",
+            "signature": "ErUBCkYIBxgCIkDe2e-signature-of-the-fake-backend=="}
+"""The signed thinking block a thinking backend sends before its tool call."""
+
+
+def _thinking(body: JSON) -> list[JSON]:
+    return [b for m in body.get("messages") or [] if m.get("role") == "assistant"
+            and isinstance(m.get("content"), list) for b in m["content"]
+            if isinstance(b, dict) and b.get("type") == "thinking"]
+
+
+def _messages(text: str, call: Call | None, offers: dict[str, Offer], model: str,
+              think: bool = False) -> Frames:
     usage = {"input_tokens": 20, "output_tokens": 5}
     start = {"id": "msg_e2e", "type": "message", "role": "assistant", "model": model,
              "content": [], "stop_reason": None, "stop_sequence": None,
              "usage": {"input_tokens": 20, "output_tokens": 1}}
     stream = [_sse({"type": "message_start", "message": start}, "message_start")]
+    blocks: list[JSON] = []
+    if call is not None and think:
+        blocks.append(THINKING)
+        stream.append(_sse({"type": "content_block_start", "index": 0, "content_block": {
+            "type": "thinking", "thinking": "", "signature": ""}}, "content_block_start"))
+        stream += [_sse({"type": "content_block_delta", "index": 0, "delta": {
+            "type": "thinking_delta", "thinking": p}}, "content_block_delta")
+            for p in _halves(THINKING["thinking"])]
+        stream.append(_sse({"type": "content_block_delta", "index": 0, "delta": {
+            "type": "signature_delta", "signature": THINKING["signature"]}},
+            "content_block_delta"))
+        stream.append(_sse({"type": "content_block_stop", "index": 0}, "content_block_stop"))
+    at = len(blocks)
     if call is not None:
         _, args = _arguments(call, offers)
         block: dict[str, JSON] = {"type": "tool_use", "id": "toolu_e2e", "name": call.name,
                                   "input": orjson.loads(args)}
-        stream.append(_sse({"type": "content_block_start", "index": 0, "content_block": {
+        stream.append(_sse({"type": "content_block_start", "index": at, "content_block": {
             **block, "input": {}}}, "content_block_start"))
-        stream += [_sse({"type": "content_block_delta", "index": 0, "delta": {
+        stream += [_sse({"type": "content_block_delta", "index": at, "delta": {
             "type": "input_json_delta", "partial_json": p}}, "content_block_delta")
             for p in _halves(args)]
         reason = "tool_use"
@@ -290,12 +324,13 @@ def _messages(text: str, call: Call | None, offers: dict[str, Offer], model: str
         stream += [_sse({"type": "content_block_delta", "index": 0, "delta": {
             "type": "text_delta", "text": p}}, "content_block_delta") for p in _halves(text)]
         reason = "end_turn"
-    stream.append(_sse({"type": "content_block_stop", "index": 0}, "content_block_stop"))
+    blocks.append(block)
+    stream.append(_sse({"type": "content_block_stop", "index": at}, "content_block_stop"))
     stream.append(_sse({"type": "message_delta", "delta": {
         "stop_reason": reason, "stop_sequence": None}, "usage": {"output_tokens": 5}},
         "message_delta"))
     stream.append(_sse({"type": "message_stop"}, "message_stop"))
-    whole = {**start, "content": [block], "stop_reason": reason, "usage": usage}
+    whole = {**start, "content": blocks, "stop_reason": reason, "usage": usage}
     return Frames(whole, stream)
 
 

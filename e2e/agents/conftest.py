@@ -60,13 +60,14 @@ def agent_bin() -> Callable[[str], Path]:
 
 
 @pytest.fixture
-async def scripted_backend() -> AsyncIterator[
-        Callable[[str, Chooser, str], Awaitable[ScriptedBackend]]]:
-    """``await scripted_backend(path, choose, final)``: a backend serving ``path``'s wire."""
+async def scripted_backend() -> AsyncIterator[Callable[..., Awaitable[ScriptedBackend]]]:
+    """``await scripted_backend(path, choose, final, think=False)``: a backend serving
+    ``path``'s wire."""
     started: list[ScriptedBackend] = []
 
-    async def start(path: str, choose: Chooser, final: str) -> ScriptedBackend:
-        backend = ScriptedBackend(path, choose, final)
+    async def start(path: str, choose: Chooser, final: str, *,
+                    think: bool = False) -> ScriptedBackend:
+        backend = ScriptedBackend(path, choose, final, think=think)
         await backend.start()
         started.append(backend)
         return backend

@@ -16,7 +16,17 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from backends import CHAT, MESSAGES, RAG, RESPONSES, Call, Chooser, Offer, ScriptedBackend
+from backends import (
+    CHAT,
+    MESSAGES,
+    RAG,
+    RESPONSES,
+    THINKING,
+    Call,
+    Chooser,
+    Offer,
+    ScriptedBackend,
+)
 from harness import Gateway, Run, run_agent
 
 pytestmark = pytest.mark.timeout(400)
@@ -153,3 +163,23 @@ async def test_codex_namespaced_tools_reach_a_backend_without_namespaces(
     offered = backend.seen.offers[0]
     grouped = [n for n in offered if "__" in n]
     assert grouped and all(n.startswith("multi_agent_v1__") for n in grouped), sorted(offered)
+
+
+async def test_codex_gives_anthropics_signed_thinking_back(
+        tmp_path: Path, agent_bin: Callable[[str], Path],
+        scripted_backend: Callable[..., Awaitable[ScriptedBackend]],
+        gateway_in_front: Callable[[str, ScriptedBackend], Awaitable[Gateway]]) -> None:
+    """Extended thinking before a tool call: Anthropic refuses the next turn unless the signed
+    thinking block comes back with the tool's result. Codex gets it as a reasoning item (its
+    signature sealed in ``encrypted_content``), replays it, and the backend gets it back."""
+    codex = agent_bin("codex")
+    final = "E2E-CODEX-THINKING-DONE"
+    backend = await scripted_backend(MESSAGES, shell_call, final, think=True)
+    gateway = await gateway_in_front(RESPONSES, backend)
+    (tmp_path / "work").mkdir()
+    run = await run_codex(codex, tmp_path, gateway, "Run the shell step, then report.")
+
+    assert not backend.seen.errors, backend.seen.errors
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert final in run.stdout, (run.stdout[-2000:], run.stderr[-2000:])
+    assert THINKING in backend.seen.thinking, backend.seen.thinking
