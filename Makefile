@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 RUNTIME := $(VENV)/.installed
 TESTING := $(VENV)/.installed-test
 
-.PHONY: demo test provision lint typecheck unit bench soak clean
+.PHONY: demo test provision lint typecheck unit e2e-agents bench soak clean
 
 # The venv's own pip (ensurepip's, >= 22 for Python >= 3.11) installs an editable pyproject
 # package, so there is no pip upgrade to wait for.
@@ -27,7 +27,7 @@ provision:
 	bash .ci/provision
 
 lint: $(TESTING)
-	$(BIN)/ruff check gateway tests bench
+	$(BIN)/ruff check gateway tests bench e2e
 
 typecheck: $(TESTING)
 	$(BIN)/mypy
@@ -42,6 +42,13 @@ unit: $(TESTING) provision
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 test: provision lint typecheck unit
+
+# Opt-in, not part of `make test`: the coding agents' own CLIs (Codex, Claude Code; npm installs
+# pinned in e2e/agents/conftest.py, cached in ~/.cache/chat-gateway-e2e) each run a tool loop
+# through the gateway on a scripted fake backend of another dialect. Needs node and npm, the
+# registry the first time, and a few minutes.
+e2e-agents: $(TESTING)
+	$(BIN)/python -m pytest -q -p no:cacheprovider e2e/agents $(PYTEST_ARGS)
 
 bench: $(TESTING)
 	$(BIN)/python bench/run.py

@@ -143,7 +143,8 @@ def parts_text(content: str | list[Part]) -> str:
 
 @dataclass(slots=True)
 class ToolDef:
-    """A function the model may call."""
+    """A tool the model may call: a function, a freeform (``custom``) tool, or a provider's
+    built-in tool."""
 
     name: str
     description: str | None = None
@@ -152,11 +153,21 @@ class ToolDef:
     strict: bool | None = None
     """OpenAI's strict schema adherence; ``None`` when the client did not say."""
     kind: str = "function"
-    """``function`` for a tool the client runs; anything else is a provider's built-in tool
-    (web search, code execution, …) kept verbatim in :attr:`raw`, which only :attr:`dialect`
-    can send on."""
+    """``function``: a tool the client runs, called with JSON arguments; ``custom``: a tool the
+    client runs, called with free text (OpenAI's custom tools, Codex's ``apply_patch``), its
+    grammar in :attr:`format`; anything else is a provider's built-in tool (web search, code
+    execution, …) kept verbatim in :attr:`raw`, which only :attr:`dialect` can send on."""
     raw: JSON = None
     dialect: str | None = None
+    format: JSON = None
+    """A ``custom`` tool's input format: ``None`` (free text), ``{"type": "text"}``, or
+    ``{"type": "grammar", "syntax": "lark" | "regex", "definition": …}`` (the Responses
+    shape)."""
+    namespace: str | None = None
+    """The group the tool belongs to (a Responses ``namespace`` tool's name); its calls name
+    it too. ``None``: a top-level tool."""
+    namespace_description: str | None = None
+    """The group's description, repeated on each of its tools."""
 
 
 @dataclass(slots=True)
@@ -175,11 +186,16 @@ class ToolChoice:
 @dataclass(slots=True)
 class ToolCall:
     """A call the assistant made: its id, the function's name, and the arguments as JSON text
-    (``"{}"`` when none), exactly as the model wrote them."""
+    (``"{}"`` when none), exactly as the model wrote them; for a ``custom`` tool, its input
+    text as it is."""
 
     id: str
     name: str
     arguments: str
+    kind: Literal["function", "custom"] = "function"
+    """``custom``: a call of a freeform tool, :attr:`arguments` being its free text."""
+    namespace: str | None = None
+    """The tool's group (:attr:`ToolDef.namespace`), ``None`` for a top-level tool."""
 
 
 @dataclass(slots=True)
@@ -474,12 +490,15 @@ class ToolCallStart:
     index: int
     id: str
     name: str
+    kind: Literal["function", "custom"] = "function"
+    """``custom``: the call's deltas are pieces of free text (:attr:`ToolCall.kind`)."""
+    namespace: str | None = None
 
 
 @dataclass(slots=True)
 class ToolCallDelta:
     """A fragment of a tool call's arguments: JSON text, passed on as it arrives; only all the
-    fragments of one call together are valid JSON."""
+    fragments of one call together are valid JSON (of a ``custom`` call: a piece of its text)."""
 
     index: int
     arguments: str

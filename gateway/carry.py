@@ -2,12 +2,17 @@
 
 Two kinds of field, by what a user loses:
 
-- **Governed** (``tools``, ``tool_choice``, ``tool_calls``, ``tool_results``, ``images``,
-  ``content_parts``, ``reasoning``, ``structured_output``, ``options``): the route's
-  ``on_unsupported``
-  policy decides. ``reject`` answers the client (400 for its request, 502 for an upstream
-  answer or event) naming the field and the dialect that cannot carry it; ``drop`` takes the
-  field out and reports it.
+- **Governed** (``tools``, ``hosted_tools``, ``tool_choice``, ``tool_calls``, ``tool_results``,
+  ``images``, ``content_parts``, ``reasoning``, ``reasoning_effort``, ``structured_output``,
+  ``options``): the route's ``on_unsupported`` policy decides, per field (:data:`Policies`).
+  ``reject`` answers the client (400 for its request, 502 for an upstream answer or event) naming the field and the dialect
+  that cannot carry it; ``drop`` takes the field out and reports it. A route that says nothing
+  follows :data:`DEFAULT_POLICIES`: what the client *offers* the model (tool definitions, a
+  provider's built-in tools, ``tool_choice``) and how hard it asks it to think are dropped,
+  because the model answers without them and the client reads the answer as it would any other;
+  what the conversation *says* (calls, results, images, reasoning, a schema the answer must
+  match) and settings the upstream's dialect has no place for (``options``) are rejected,
+  because without them the model answers something else than was asked.
 - **Reported** (``session_state``, ``citations``, ``followups``, ``thoughts``, ``usage``): RAG
   context and accounting that dialects have always translated as far as the other side can hold
   them; what it cannot hold is reported, whatever the policy.
@@ -19,7 +24,9 @@ without that.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
+from types import MappingProxyType
 from typing import Literal
 
 from gateway.canonical import (
@@ -42,20 +49,40 @@ from gateway.canonical import (
     ToolCallEnd,
     ToolCallStart,
     ToolChoice,
+    ToolDef,
     citations_of,
     followups_of,
 )
 from gateway.dialects import Dialect
 from gateway.dialects.base import Capabilities, SessionKind
 
-__all__ = ["GOVERNED", "REPORTED", "EventGate", "Policy", "Unsupported", "carries_state",
-           "context_losses", "request_losses", "response_losses", "strip_request",
-           "strip_response", "takes_back"]
+__all__ = ["DEFAULT_POLICIES", "GOVERNED", "REPORTED", "EventGate", "Policies", "Policy",
+           "Unsupported", "carries_state", "context_losses", "policy_for", "request_losses",
+           "response_losses", "strip_request", "strip_response", "takes_back"]
 
 Policy = Literal["reject", "drop"]
-GOVERNED = ("tools", "tool_choice", "tool_calls", "tool_results", "images", "content_parts",
-            "reasoning", "structured_output", "options")
+GOVERNED = ("tools", "hosted_tools", "tool_choice", "tool_calls", "tool_results", "images",
+            "content_parts", "reasoning", "reasoning_effort", "structured_output", "options")
+"""``hosted_tools``: a provider's built-in tools (Responses ``web_search``, ``tool_search``,
+Anthropic's server tools…) sent to an upstream of another dialect, which cannot run them.
+``reasoning_effort``: how hard the client asked the model to think (an effort, a budget), to an
+upstream whose dialect has no reasoning; ``reasoning`` is reasoning in the conversation.
+``options``: a dialect's request settings that have no canonical place (Ollama's ``options``
+such as ``num_ctx``), to an upstream of another dialect."""
 REPORTED = ("session_state", "citations", "followups", "thoughts", "usage")
+
+Policies = Policy | Mapping[str, Policy]
+"""One policy for every governed field, or one per field (a field not named: ``reject``)."""
+DEFAULT_POLICIES: Mapping[str, Policy] = MappingProxyType({
+    **dict.fromkeys(GOVERNED, "reject"), "tools": "drop", "hosted_tools": "drop",
+    "tool_choice": "drop", "reasoning_effort": "drop"})
+"""A route's policies when its config says none (see the module's docstring)."""
+
+
+def policy_for(policies: Policies, field: str) -> Policy:
+    if isinstance(policies, str):
+        return policies
+    return policies.get(field, "reject")
 
 
 class Unsupported(Exception):
@@ -91,8 +118,8 @@ def request_losses(req: ChatRequest, target: Dialect) -> list[str]:
         if any(m.tool_call_id is not None for m in req.messages):
             lost.append("tool_results")
     else:
-        if any(t.kind != "function" and t.dialect != target.name for t in req.tools):
-            lost.append("tools")  # a provider's built-in tool, which only its own dialect knows
+        if any(_hosted(t, target) for t in req.tools):
+            lost.append("hosted_tools")
         if not _choice_carried(req.tool_choice, caps):
             lost.append("tool_choice")
     parts = [p for m in req.messages if not isinstance(m.content, str) for p in m.content]
@@ -102,8 +129,10 @@ def request_losses(req: ChatRequest, target: Dialect) -> list[str]:
         lost.append("content_parts")
     replayed = [r for m in req.messages for r in m.reasoning if r.text or r.redacted]
     if not caps.reasoning:
-        if req.reasoning is not None or replayed:
+        if replayed:
             lost.append("reasoning")
+        elif req.reasoning is not None:
+            lost.append("reasoning_effort")
     elif not all(takes_back(r, target) for r in replayed):
         lost.append("reasoning")
     if req.output is not None and req.output.kind not in caps.structured_output:
@@ -122,6 +151,11 @@ def _choice_carried(choice: ToolChoice | None, caps: Capabilities) -> bool:
     if choice.parallel is False and "parallel" not in caps.tool_choices:
         return False
     return choice.mode in caps.tool_choices
+
+
+def _hosted(t: ToolDef, target: Dialect) -> bool:
+    """A provider's built-in tool that ``target`` cannot be sent (another provider's)."""
+    return t.kind not in ("function", "custom") and t.dialect != target.name
 
 
 def takes_back(r: Reasoning, target: Dialect) -> bool:
@@ -158,16 +192,17 @@ def strip_request(req: ChatRequest, fields: list[str], target: Dialect) -> ChatR
             continue
         messages.append(replace(m, content=content, tool_calls=calls, reasoning=reasoning))
     tools = req.tools
-    if "tools" in drop:  # all of them, or the built-in ones of another provider
-        tools = [t for t in tools if t.kind == "function" or t.dialect == target.name] \
-            if target.capabilities.tools else []
+    if "tools" in drop:
+        tools = []
+    elif "hosted_tools" in drop:
+        tools = [t for t in tools if not _hosted(t, target)]
     return replace(
         req, messages=messages, tools=tools,
         tool_choice=None if "tool_choice" in drop else req.tool_choice,
         output=None if "structured_output" in drop else req.output,
         unmapped=[] if "options" in drop else req.unmapped,
-        reasoning=None if "reasoning" in drop and not target.capabilities.reasoning
-        else req.reasoning)
+        reasoning=None if ("reasoning" in drop or "reasoning_effort" in drop)
+        and not target.capabilities.reasoning else req.reasoning)
 
 
 def _image_carried(p: ImagePart, target: Dialect) -> bool:
@@ -253,7 +288,7 @@ class EventGate:
 
     __slots__ = ("_caps", "_dialect", "_policy", "dropped")
 
-    def __init__(self, client: Dialect, policy: Policy) -> None:
+    def __init__(self, client: Dialect, policy: Policies) -> None:
         self._caps = client.capabilities
         self._dialect = client.name
         self._policy = policy
@@ -293,7 +328,7 @@ class EventGate:
     def _lose(self, field: str, out: list[StreamEvent]) -> bool:
         """Drop (and report) a governed event; ``False`` when the policy rejects it, after
         putting the stream's error in ``out``."""
-        if self._policy == "reject":
+        if policy_for(self._policy, field) == "reject":
             out.append(StreamError(str(Unsupported([field], self._dialect, answer=True)),
                                    code="UNSUPPORTED", status=502))
             return False

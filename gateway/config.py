@@ -28,6 +28,7 @@ from pydantic import (
     model_validator,
 )
 
+from gateway.carry import DEFAULT_POLICIES, GOVERNED, Policies
 from gateway.dialects import DIALECTS, get
 from gateway.errors import ConfigError
 from gateway.secrets import Scrubber, secrets_of
@@ -258,6 +259,11 @@ class UpstreamConfig(_Model):
     streaming: Literal["auto", "always", "never"] = "auto"
     """auto: stream when the client does; always: the upstream only streams; never: it never
     does."""
+    custom_tools: CustomTools = "native"
+    """Freeform (``custom``) tools, such as Codex's ``apply_patch``, to an upstream whose dialect
+    has them (Chat Completions): ``native`` sends them as such; ``function`` sends each as a
+    function of one string argument ``input`` and unwraps its calls, as for a dialect without
+    them (servers that take only function tools: vLLM, llama.cpp, Ollama)."""
     max_inflight: int | None = Field(None, ge=1)
     """Most concurrent requests to it (default: no limit); past it, requests wait up to
     ``queue_timeout``."""
@@ -301,6 +307,13 @@ class UpstreamConfig(_Model):
             return self.stream_url
         suffix = get(self.dialect).stream_path
         return self.url.rstrip("/") + suffix if suffix else self.url
+
+
+CustomTools = Literal["native", "function"]
+GovernedField = Literal["default", "tools", "hosted_tools", "tool_choice", "tool_calls",
+                        "tool_results", "images", "content_parts", "reasoning",
+                        "reasoning_effort", "structured_output"]
+"""The keys of a per-field ``on_unsupported``: :data:`gateway.carry.GOVERNED`, and ``default``."""
 
 
 class RouteUpstream(_Model):
@@ -358,11 +371,18 @@ class RouteConfig(_Model):
     """Further attempts on other upstreams when one fails before answering."""
     content_type: Literal["application/json-lines", "application/jsonl"] | None = None
     """JSON-lines routes only: the stream's Content-Type (default application/json-lines)."""
-    on_unsupported: Literal["reject", "drop"] = "reject"
-    """What a request or an answer carries that the other side's dialect cannot (tools, tool
-    calls, images and other content parts, reasoning): ``reject`` answers an error naming the
-    field (400 for a request, 502 for an answer); ``drop`` takes it out, counts it in
-    ``gateway_dropped_fields_total`` and logs it."""
+    on_unsupported: Literal["reject", "drop"] | dict[GovernedField, Literal["reject", "drop"]] \
+        = Field(default_factory=dict)
+    """What a request or an answer carries that the other side's dialect cannot (tools, a
+    provider's built-in tools, tool calls, images and other content parts, reasoning, structured
+    output): ``reject`` answers an error naming the field (400 for a request, 502 for an
+    answer); ``drop`` takes it out, counts it in ``gateway_dropped_fields_total``, logs it and
+    names it in the answer's ``X-Gateway-Dropped`` header. One word for every field, or a
+    mapping of field to policy (``{hosted_tools: reject}``; ``default`` for the fields not
+    named). Fields neither names follow the gateway's defaults: ``tools``, ``hosted_tools``,
+    ``tool_choice`` and ``reasoning_effort`` (what the client offers the model, and how hard it
+    asks it to think) are dropped, the others rejected
+    (docs/translation.md#what-is-dropped-and-why)."""
     mint_session_state: bool = False
     """Routes whose dialect carries session state only. A request whose session state is null or
     absent gets a new one from the gateway (32 random hex characters, 128 bits from the OS's
@@ -424,6 +444,18 @@ class RouteConfig(_Model):
         if v in RESERVED_PATHS:
             raise ValueError(f"{v} is served by the gateway itself")
         return v
+
+    @cached_property
+    def policies(self) -> Policies:
+        """:attr:`on_unsupported` resolved: one policy, or one per governed field."""
+        given = self.on_unsupported
+        if isinstance(given, str):
+            return given
+        base = dict(DEFAULT_POLICIES)
+        if "default" in given:
+            base = dict.fromkeys(GOVERNED, given["default"])
+        base.update({k: v for k, v in given.items() if k != "default"})
+        return base
 
     @cached_property
     def upstreams(self) -> tuple[RouteUpstream, ...]:

@@ -21,7 +21,7 @@ def cors_headers(origin: str | None, method: str, cors: CorsConfig,
     out = [("Access-Control-Allow-Origin",
             origin if cors.allow_credentials or "*" not in cors.allow_origins else "*"),
            ("Vary", "Origin"),
-           ("Access-Control-Expose-Headers", "X-Request-ID, Retry-After")]
+           ("Access-Control-Expose-Headers", "X-Request-ID, Retry-After, X-Gateway-Dropped")]
     if cors.allow_credentials:
         out.append(("Access-Control-Allow-Credentials", "true"))
     if method == "OPTIONS":

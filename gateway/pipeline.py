@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, assert_never
+from typing import Any, Literal, assert_never
 
 import orjson
 
@@ -44,8 +44,9 @@ from gateway.canonical import (
 from gateway.carry import (
     GOVERNED,
     EventGate,
-    Policy,
+    Policies,
     Unsupported,
+    policy_for,
     request_losses,
     response_losses,
     strip_request,
@@ -63,6 +64,7 @@ from gateway.framing import (
     named,
 )
 from gateway.framing.jsonlines import DEFAULT_MAX_LINE
+from gateway.tool_shapes import ToolRestorer, restore_tools, shape_tools
 
 __all__ = [
     "ResponseAssembler",
@@ -90,22 +92,26 @@ def parse_body(raw: bytes) -> JSON:
 # --- requests ------------------------------------------------------------------------------------
 
 
-def adapt_request(req: ChatRequest, upstream: Dialect, policy: Policy,
-                  ) -> tuple[ChatRequest, list[str]]:
-    """``req`` as ``upstream`` can carry it, and the fields it cannot (reported). Raises
-    :class:`Unsupported` when a governed field is lost under ``reject``."""
+def adapt_request(req: ChatRequest, upstream: Dialect, policy: Policies,
+                  custom_tools: str = "native") -> tuple[ChatRequest, list[str]]:
+    """``req`` as ``upstream`` can carry it (its tools mapped to what it has:
+    :mod:`gateway.tool_shapes`), and the fields it cannot (reported). Raises
+    :class:`Unsupported` when a governed field is lost under ``reject``. ``custom_tools``: the
+    upstream's setting of that name."""
+    req = shape_tools(req, upstream, custom_tools)
     lost = request_losses(req, upstream)
     governed = [f for f in lost if f in GOVERNED]
     if governed:
-        if policy == "reject":
-            raise Unsupported(governed, upstream.name, answer=False)
+        refused = [f for f in governed if policy_for(policy, f) == "reject"]
+        if refused:
+            raise Unsupported(refused, upstream.name, answer=False)
         req = strip_request(req, governed, upstream)
     return req, lost
 
 
 def translate_request(
     body: JSON, client: Dialect, upstream: Dialect, *, stream: bool | None = None,
-    model: str | None = None, max_tokens: int | None = None, policy: Policy = "reject",
+    model: str | None = None, max_tokens: int | None = None, policy: Policies = "reject",
 ) -> tuple[ChatRequest, JSON, list[str]]:
     """The client's canonical request, the upstream's body, and the fields it lost. ``stream``
     overrides the body's own flag (the HTTP layer knows it from the path or the Accept
@@ -129,22 +135,23 @@ def with_session_echo(resp: ChatResponse, req: ChatRequest) -> ChatResponse:
     return resp
 
 
-def adapt_response(resp: ChatResponse, client: Dialect, policy: Policy,
+def adapt_response(resp: ChatResponse, client: Dialect, policy: Policies,
                    ) -> tuple[ChatResponse, list[str]]:
     lost = response_losses(resp, client)
     governed = [f for f in lost if f in GOVERNED]
     if governed:
-        if policy == "reject":
-            raise Unsupported(governed, client.name, answer=True)
+        refused = [f for f in governed if policy_for(policy, f) == "reject"]
+        if refused:
+            raise Unsupported(refused, client.name, answer=True)
         resp = strip_response(resp, governed)
     return resp, lost
 
 
 def translate_response(
     body: JSON, upstream: Dialect, client: Dialect, req: ChatRequest, *,
-    policy: Policy = "reject",
+    policy: Policies = "reject",
 ) -> tuple[JSON, list[str]]:
-    resp = with_session_echo(upstream.parse_response(body), req)
+    resp = with_session_echo(restore_tools(upstream.parse_response(body), req, upstream), req)
     resp, lost = adapt_response(resp, client, policy)
     return client.render_response(resp, req), lost
 
@@ -162,7 +169,7 @@ def events_from_response(resp: ChatResponse) -> list[StreamEvent]:
         if m.content:
             events.append(TextDelta(m.content, m.agent, m.id))
         for c in m.tool_calls:
-            events.append(ToolCallStart(calls, c.id, c.name))
+            events.append(ToolCallStart(calls, c.id, c.name, c.kind, c.namespace))
             if c.arguments:
                 events.append(ToolCallDelta(calls, c.arguments))
             events.append(ToolCallEnd(calls))
@@ -177,7 +184,7 @@ class ResponseAssembler:
     that only streams, and by readers of a stream."""
 
     __slots__ = ("_agents", "_calls", "_context", "_error", "_finish", "_reasoning", "_session",
-                 "_start")
+                 "_shapes", "_start")
 
     def __init__(self) -> None:
         self._start: StreamStart | None = None
@@ -185,6 +192,8 @@ class ResponseAssembler:
         """Per message: its agent, its text's pieces, its id."""
         self._reasoning: list[Reasoning] = []
         self._calls: dict[int, list[str]] = {}  # index -> [id, name, arguments...]
+        self._shapes: dict[int, tuple[Literal["function", "custom"], str | None]] = {}
+        """index -> the kind and namespace of a call that is not a plain function's."""
         self._context: JSON = None
         self._session: JSON = None
         self._finish: StreamFinish | None = None
@@ -212,6 +221,8 @@ class ResponseAssembler:
                 last.dialect = event.dialect or last.dialect
             case ToolCallStart():
                 self._calls[event.index] = [event.id, event.name]
+                if event.kind != "function" or event.namespace is not None:
+                    self._shapes[event.index] = (event.kind, event.namespace)
             case ToolCallDelta():
                 self._calls.setdefault(event.index, ["", ""]).append(event.arguments)
             case ToolCallEnd():
@@ -231,14 +242,19 @@ class ResponseAssembler:
     def error(self) -> StreamError | None:
         return self._error
 
+    def _call(self, index: int, parts: list[str]) -> ToolCall:
+        kind, namespace = self._shapes.get(index, ("function", None))
+        if kind == "custom":  # free text: none is none
+            return ToolCall(parts[0], parts[1], "".join(parts[2:]), "custom", namespace)
+        return ToolCall(parts[0], parts[1], "".join(parts[2:]) or "{}", namespace=namespace)
+
     def response(self) -> ChatResponse:
         start = self._start or StreamStart()
         messages = [AssistantMessage("".join(parts), agent=agent, id=mid)
                     for agent, parts, mid in self._agents]
         if not messages:
             messages = [AssistantMessage("")]
-        calls = [ToolCall(c[0], c[1], "".join(c[2:]) or "{}")
-                 for _, c in sorted(self._calls.items())]
+        calls = [self._call(i, c) for i, c in sorted(self._calls.items())]
         messages[-1].tool_calls = calls
         messages[0].reasoning = self._reasoning
         return ChatResponse(
@@ -425,13 +441,14 @@ class StreamTranslator:
     """
 
     __slots__ = ("_cumulative", "_encoder", "_follow", "_frame", "_gate", "_identity", "_in",
-                 "_replay", "_req", "_same", "_spelled", "_started", "chunks", "content_started",
-                 "done", "error", "finish_reason", "model", "text_chars", "usage")
+                 "_replay", "_req", "_same", "_spelled", "_started", "_tools", "chunks",
+                 "content_started", "done", "error", "finish_reason", "model", "text_chars",
+                 "usage")
 
     def __init__(
         self, upstream: Dialect, client: Dialect, req: ChatRequest, *,
-        max_size: int = DEFAULT_MAX_LINE, policy: Policy = "reject", scrub: Scrub | None = None,
-        decoding: StreamDecoding | None = None,
+        max_size: int = DEFAULT_MAX_LINE, policy: Policies = "reject", scrub: Scrub | None = None,
+        decoding: StreamDecoding | None = None, custom_tools: str = "native",
     ) -> None:
         same = upstream is client
         self._in = decoding if decoding is not None else StreamDecoding(
@@ -444,6 +461,8 @@ class StreamTranslator:
         upstream's own payloads instead of a replay, so that its error event continues them."""
         self._frame: Callable[[Payload], bytes] = encoder_for(client.framing)
         self._gate = EventGate(client, policy) if EventGate.needed(upstream, client) else None
+        self._tools = None if same else ToolRestorer.of(req, upstream, custom_tools)
+        """The client's own names and shapes of tools the upstream's dialect has none for."""
         # Same dialect both sides: the upstream's own payloads are passed on, unless the client
         # needs something of its own put in: its session state echoed because the upstream
         # sends none (decided on the first payload, when the client sent one), or the session
@@ -638,6 +657,8 @@ class StreamTranslator:
         self._replay = []
 
     def _events(self, events: list[StreamEvent]) -> bytes:
+        if self._tools is not None:
+            events = self._tools.restore(events)
         if self._gate is not None:
             events = self._gate.filter(events)
         out: list[Payload] = []

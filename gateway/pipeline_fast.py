@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from gateway.canonical import ChatRequest, StreamError, StreamEvent, TextDelta
-from gateway.carry import Policy
+from gateway.carry import Policies
 from gateway.dialects import Dialect
 from gateway.framing import Payload, Slot, SniffingReader, TextRun, named, slot_payload
 from gateway.framing.jsonlines import DEFAULT_MAX_LINE
@@ -73,16 +73,16 @@ def accelerators(accelerate: Accelerate) -> frozenset[str]:
 
 def stream_translator(
     upstream: Dialect, client: Dialect, req: ChatRequest, *,
-    max_size: int = DEFAULT_MAX_LINE, policy: Policy = "reject", scrub: Scrub | None = None,
-    accelerate: Accelerate = True,
+    max_size: int = DEFAULT_MAX_LINE, policy: Policies = "reject", scrub: Scrub | None = None,
+    accelerate: Accelerate = True, custom_tools: str = "native",
 ) -> StreamTranslator:
     """A :class:`StreamTranslator` with the accelerators asked for (the plain one with none)."""
     chosen = accelerators(accelerate)
     if not chosen:
         return StreamTranslator(upstream, client, req, max_size=max_size, policy=policy,
-                                scrub=scrub)
+                                scrub=scrub, custom_tools=custom_tools)
     return FastStreamTranslator(upstream, client, req, max_size=max_size, policy=policy,
-                                scrub=scrub, accelerators=chosen)
+                                scrub=scrub, accelerators=chosen, custom_tools=custom_tools)
 
 
 def stream_assembler(upstream: Dialect, max_size: int = DEFAULT_MAX_LINE,
@@ -179,8 +179,8 @@ class FastStreamTranslator(StreamTranslator):
 
     def __init__(
         self, upstream: Dialect, client: Dialect, req: ChatRequest, *,
-        max_size: int = DEFAULT_MAX_LINE, policy: Policy = "reject", scrub: Scrub | None = None,
-        accelerators: frozenset[str] = ACCELERATORS,
+        max_size: int = DEFAULT_MAX_LINE, policy: Policies = "reject", scrub: Scrub | None = None,
+        accelerators: frozenset[str] = ACCELERATORS, custom_tools: str = "native",
     ) -> None:
         same = upstream is client
         reader = template_reader(upstream, max_size, same) if "templates" in accelerators \
@@ -195,7 +195,7 @@ class FastStreamTranslator(StreamTranslator):
         """Its :attr:`~gateway.framing.SniffingReader.whole` says whether a read may be
         forwarded as it came."""
         super().__init__(upstream, client, req, max_size=max_size, policy=policy, scrub=scrub,
-                         decoding=decoding)
+                         decoding=decoding, custom_tools=custom_tools)
         self._forward = "forward" in accelerators and same
         self._plain: Callable[[list[bytes]], list[Payload] | None] | None = optional(
             self._encoder, "plain_texts")

@@ -138,7 +138,7 @@ class Counter:
         if theirs is None:
             return self._answer(estimate(req), "estimate", request_id)
         try:
-            sent, _ = adapt_request(req, target, self.entry.config.on_unsupported)
+            sent, _ = adapt_request(req, target, self.entry.config.policies, up.custom_tools)
         except Unsupported as e:
             raise Refused(ChatError(400, str(e), code="UNSUPPORTED", param=e.fields[0])) from None
         body = orjson.dumps(theirs.request(target.render_request(

@@ -35,6 +35,7 @@ from gateway.carry import GOVERNED, Policy, Unsupported
 from gateway.dialects import DIALECTS, Dialect
 from gateway.dialects.base import SessionKind
 from gateway.pipeline import StreamTranslator, translate_request, translate_response
+from gateway.tool_shapes import flat_name
 
 __all__ = [
     "AGENTS", "CITATIONS", "DEFAULT_MODEL", "ERROR", "RICH", "SNIPPETS", "Case", "answer_checks",
@@ -403,6 +404,32 @@ def _choice_mode(choice: str) -> str:
     return "tool" if choice.startswith("tool:") else choice
 
 
+class _ToolShapes:
+    """The client's tools and calls as an upstream with capabilities ``uc`` is sent them: a
+    freeform tool it has no shape for is a function of one string argument ``input``, a
+    namespace it has none for is flattened (docs/translation.md#tools-of-other-shapes)."""
+
+    def __init__(self, sent: Observed, uc: Any) -> None:
+        self._freeform = getattr(uc, "custom_tools", False)
+        self._grouped = getattr(uc, "tool_namespaces", False)
+        self._taken = frozenset(n for n in sent.tools if "/" not in n)
+        self.tools = [self._name(n) for n in sent.tools]
+        self.freeform = [self._name(n) for n in sent.freeform_tools] if self._freeform else []
+
+    def _name(self, name: str) -> str:
+        namespace, slash, member = name.partition("/")
+        return flat_name(namespace, member, self._taken) if slash and not self._grouped \
+            else name
+
+    def call(self, c: ObservedCall) -> ObservedCall:
+        name, namespace = c.name, c.namespace
+        if namespace is not None and not self._grouped:
+            name, namespace = flat_name(namespace, name, self._taken), None
+        if c.freeform and not self._freeform:
+            return ObservedCall(c.id, name, {"input": c.arguments}, False, namespace)
+        return replace(c, name=name, namespace=namespace)
+
+
 def request_checks(cl: Dialect, up: Dialect, sent: Observed, got: Observed | None, *,
                    stream: bool, lost: list[str], policy: Policy,
                    rejected: Unsupported | None) -> None:
@@ -418,9 +445,12 @@ def request_checks(cl: Dialect, up: Dialect, sent: Observed, got: Observed | Non
             governed.add("tool_calls")
         if any(m.tool_result_for is not None for m in sent.messages):
             governed.add("tool_results")
-    elif sent.tool_choice is not None and _choice_mode(sent.tool_choice) not in getattr(
-            uc, "tool_choices", {"auto", "none", "required", "tool"}):
-        governed.add("tool_choice")
+    else:
+        if sent.tool_choice is not None and _choice_mode(sent.tool_choice) not in getattr(
+                uc, "tool_choices", {"auto", "none", "required", "tool"}):
+            governed.add("tool_choice")
+        if sent.hosted_tools and cl is not up:
+            governed.add("hosted_tools")  # a provider's built-in tools run only on its own API
     inline_only = getattr(uc, "inline_images_only", False)
     kept_images = [u for m in sent.messages for u in m.images
                    if uc.images and (u.startswith("data:") or not inline_only)]
@@ -431,7 +461,9 @@ def request_checks(cl: Dialect, up: Dialect, sent: Observed, got: Observed | Non
     replayed = any(m.reasoning for m in sent.messages)
     # reasoning a dialect takes back only from itself (Anthropic's signatures) is lost elsewhere
     own_only = getattr(uc, "reasoning_replay", "any") == "own" and cl is not up
-    if (sent.extra.get("reasoning") or replayed) if not uc.reasoning else (own_only and replayed):
+    if not uc.reasoning and not replayed and sent.extra.get("reasoning"):
+        governed.add("reasoning_effort")  # only how hard to think: no reasoning is lost
+    elif replayed if not uc.reasoning else (own_only and replayed):
         governed.add("reasoning")
     carried = getattr(uc, "structured_output", frozenset())
     if sent.output is not None and sent.output[0] not in carried:
@@ -448,11 +480,12 @@ def request_checks(cl: Dialect, up: Dialect, sent: Observed, got: Observed | Non
         expect.add("session_state")
     assert set(lost) == expect, f"reported {sorted(lost)}, expected {sorted(expect)}"
 
+    shaped = _ToolShapes(sent, uc)
     want = []
     for m in sent.messages:
         if m.tool_result_for is not None and not uc.tools:
             continue
-        calls = m.tool_calls if uc.tools else []
+        calls = [shaped.call(c) for c in m.tool_calls] if uc.tools else []
         if m.tool_calls and not calls and not m.text.strip() and not m.images:
             continue
         images = [u for u in m.images if u.startswith("data:") or not inline_only] \
@@ -467,8 +500,9 @@ def request_checks(cl: Dialect, up: Dialect, sent: Observed, got: Observed | Non
     if uc.tools:
         # with tools, no choice is the choice ``auto`` (every dialect's default)
         choice = None if "tool_choice" in governed else sent.tool_choice
-        assert got.tools == sent.tools and (got.tool_choice or "auto") == (choice or "auto"), \
+        assert got.tools == shaped.tools and (got.tool_choice or "auto") == (choice or "auto"), \
             (got.tools, got.tool_choice)
+        assert got.freeform_tools == shaped.freeform, (got.freeform_tools, shaped.freeform)
     want_output = sent.output if sent.output is not None and sent.output[0] in carried else None
     assert got.output == want_output, f"output {got.output}, expected {want_output}"
     if got.stream is not None:

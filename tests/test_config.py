@@ -180,3 +180,34 @@ def test_cross_references_run_beside_field_errors() -> None:
         "routes[1].upstream[1]": "unknown upstream 'v' (known: u)",
         "routes[2]": "valid dictionary",
     })
+
+
+def _route_policy(value: Any) -> Any:
+    return parse_config({
+        "upstreams": {"b": {"dialect": ONE, "url": "http://127.0.0.1:9004/chat"}},
+        "routes": [{"path": "/one", "dialect": ONE, "upstream": "b",
+                    **({} if value is None else {"on_unsupported": value})}]}).routes[0]
+
+
+def test_on_unsupported_is_one_word_or_one_per_field() -> None:
+    from gateway.carry import DEFAULT_POLICIES, GOVERNED
+
+    assert _route_policy(None).policies == DEFAULT_POLICIES
+    assert _route_policy("reject").policies == "reject"
+    named = _route_policy({"hosted_tools": "reject"}).policies
+    assert named == {**DEFAULT_POLICIES, "hosted_tools": "reject"}
+    assert _route_policy({"default": "drop", "images": "reject"}).policies == {
+        **dict.fromkeys(GOVERNED, "drop"), "images": "reject"}
+    with pytest.raises(ConfigError, match="on_unsupported"):
+        _route_policy({"hosted_tool": "drop"})
+    with pytest.raises(ConfigError, match="on_unsupported"):
+        _route_policy({"tools": "ignore"})
+
+
+def test_every_governed_field_may_be_named() -> None:
+    from typing import get_args
+
+    from gateway.carry import GOVERNED
+    from gateway.config import GovernedField
+
+    assert set(get_args(GovernedField)) == {"default", *GOVERNED}

@@ -107,6 +107,13 @@ class Capabilities:
     tools: bool = False
     """Tool definitions and ``tool_choice`` in requests, assistant tool calls (whole and
     streamed, with argument deltas), and tool results."""
+    custom_tools: bool = False
+    """With ``tools``: freeform tools (:attr:`gateway.canonical.ToolDef.kind` ``custom``) and
+    their calls, whole and streamed, in their own shape; without, they go as functions of one
+    string argument (:mod:`gateway.tool_shapes`), so nothing is lost."""
+    tool_namespaces: bool = False
+    """With ``tools``: tools grouped under a namespace, and calls naming it; without, they go
+    as top-level tools under names that say both (:mod:`gateway.tool_shapes`)."""
     images: bool = False
     """Image content parts in requests."""
     reasoning: bool = False
@@ -139,7 +146,7 @@ class Capabilities:
 
 
 _QUALIFIERS = frozenset({"reasoning_replay", "answer_context", "tool_choices",
-                         "inline_images_only"})
+                         "inline_images_only", "custom_tools", "tool_namespaces"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,8 +197,9 @@ class ModelInfo:
 FIELDS: tuple[str, ...] = tuple(f for f in Capabilities.__dataclass_fields__
                                 if f not in _QUALIFIERS)
 """Every capability's name (``reasoning_replay`` only qualifies ``reasoning``,
-``answer_context`` the RAG context fields, ``tool_choices`` ``tools`` and
-``inline_images_only`` ``images``)."""
+``answer_context`` the RAG context fields, ``tool_choices`` ``tools``, ``inline_images_only``
+``images``, and ``custom_tools`` and ``tool_namespaces`` ``tools``: what they do not carry is
+mapped, never lost)."""
 
 
 def answer_context(caps: Capabilities, context: JSON) -> JSON:

@@ -2,8 +2,11 @@
 
 Requests carry content parts (``text``, ``image_url``; others are kept verbatim for OpenAI
 upstreams), ``tools`` / ``tool_choice`` / ``parallel_tool_calls``, assistant ``tool_calls`` and
-``tool`` results. Reasoning travels as ``reasoning_content`` on messages and deltas, the field the
-OpenAI-compatible servers that stream reasoning use (DeepSeek, vLLM; ``reasoning`` is read too).
+``tool`` results. Freeform tools are ``{"type": "custom", "custom": {name, format}}`` (the grammar
+nested under ``format.grammar``), their calls ``{"type": "custom", "custom": {name, input}}``,
+streamed as ``delta.tool_calls[].custom.input`` pieces. Reasoning travels as
+``reasoning_content`` on messages and deltas, the field the OpenAI-compatible servers that
+stream reasoning use (DeepSeek, vLLM; ``reasoning`` is read too).
 
 Streams are SSE: a role chunk first, content and tool-call chunks (``delta.tool_calls[]`` by
 ``index``, the arguments string split over chunks), a chunk with ``finish_reason``, an optional
@@ -113,8 +116,8 @@ def _finish_out(reason: str | None) -> str:
 class OpenAIDialect(SamplesFromPackage):
     name = NAME
     summary = "raw OpenAI Chat Completions, SSE ending in [DONE]"
-    capabilities = Capabilities(usage_whole=True, usage_stream=True, tools=True, images=True,
-                                reasoning=True,
+    capabilities = Capabilities(usage_whole=True, usage_stream=True, tools=True,
+                                custom_tools=True, images=True, reasoning=True,
                                 structured_output=frozenset({"json_schema", "json_object"}))
     framing: Framing = "sse"
     named_events = False
@@ -223,7 +226,9 @@ class OpenAIDialect(SamplesFromPackage):
         if req.tool_choice is not None:
             choice = req.tool_choice
             if choice.mode == "tool":
-                out["tool_choice"] = {"type": "function", "function": {"name": choice.name}}
+                kind = "custom" if any(t.kind == "custom" and t.name == choice.name
+                                       for t in req.tools) else "function"
+                out["tool_choice"] = {"type": kind, kind: {"name": choice.name}}
             else:
                 out["tool_choice"] = choice.mode
             if choice.parallel is not None and req.tools:
@@ -450,6 +455,9 @@ def _parse_tools(raw: JSON) -> list[ToolDef]:
     out: list[ToolDef] = []
     for i, t in enumerate(raw):
         t = expect_object(t, f"tools[{i}]")
+        if t.get("type") == "custom":
+            out.append(_parse_custom_tool(t, f"tools[{i}]"))
+            continue
         if t.get("type", "function") != "function":
             out.append(ToolDef(name="", kind=str(t.get("type")), raw=t, dialect=NAME))
             continue
@@ -464,7 +472,38 @@ def _parse_tools(raw: JSON) -> list[ToolDef]:
     return out
 
 
+def _parse_custom_tool(t: dict[str, JSON], where: str) -> ToolDef:
+    """A freeform tool, its format in the canonical (Responses) shape."""
+    custom = expect_object(t.get("custom"), f"{where}.custom")
+    name, desc, fmt = custom.get("name"), custom.get("description"), custom.get("format")
+    if not isinstance(name, str) or not name:
+        raise DialectError("must be a non-empty string", f"{where}.custom.name")
+    if desc is not None and not isinstance(desc, str):
+        raise DialectError("must be a string", f"{where}.custom.description")
+    if fmt is not None:
+        fmt = expect_object(fmt, f"{where}.custom.format")
+        grammar = fmt.get("grammar")
+        if fmt.get("type") == "grammar" and isinstance(grammar, dict):
+            fmt = {"type": "grammar", **grammar}
+    return ToolDef(name, desc, kind="custom", format=fmt, raw=t, dialect=NAME)
+
+
+def _render_custom_tool(t: ToolDef) -> JSON:
+    custom: dict[str, JSON] = {"name": t.name}
+    if t.description is not None:
+        custom["description"] = t.description
+    fmt = t.format
+    if isinstance(fmt, dict) and fmt.get("type") == "grammar":
+        # Chat Completions nests the grammar (CustomFormatGrammar), Responses does not
+        fmt = {"type": "grammar", "grammar": {k: v for k, v in fmt.items() if k != "type"}}
+    if fmt is not None:
+        custom["format"] = fmt
+    return {"type": "custom", "custom": custom}
+
+
 def _render_tool(t: ToolDef) -> JSON:
+    if t.kind == "custom":
+        return _render_custom_tool(t)
     if t.kind != "function":
         return t.raw
     fn: dict[str, JSON] = {"name": t.name}
@@ -484,7 +523,7 @@ def _parse_tool_choice(raw: JSON, parallel: JSON) -> ToolChoice | None:
     if raw in ("auto", "none", "required"):
         return ToolChoice(raw, parallel=par)
     if isinstance(raw, dict):
-        fn = raw.get("function")
+        fn = raw.get("custom" if raw.get("type") == "custom" else "function")
         name = fn.get("name") if isinstance(fn, dict) else None
         if isinstance(name, str):
             return ToolChoice("tool", name, par)
@@ -499,6 +538,9 @@ def _parse_tool_calls(raw: JSON, where: str) -> list[ToolCall]:
     out: list[ToolCall] = []
     for i, c in enumerate(raw):
         c = expect_object(c, f"{where}[{i}]")
+        if c.get("type") == "custom":
+            out.append(_parse_custom_call(c, f"{where}[{i}]"))
+            continue
         fn = expect_object(c.get("function"), f"{where}[{i}].function")
         cid, name, args = c.get("id"), fn.get("name"), fn.get("arguments")
         if not isinstance(cid, str):
@@ -511,7 +553,21 @@ def _parse_tool_calls(raw: JSON, where: str) -> list[ToolCall]:
     return out
 
 
+def _parse_custom_call(c: dict[str, JSON], where: str) -> ToolCall:
+    custom = expect_object(c.get("custom"), f"{where}.custom")
+    cid, name, text = c.get("id"), custom.get("name"), custom.get("input")
+    if not isinstance(cid, str):
+        raise DialectError("must be a string", f"{where}.id")
+    if not isinstance(name, str):
+        raise DialectError("must be a string", f"{where}.custom.name")
+    if text is not None and not isinstance(text, str):
+        raise DialectError("must be a string", f"{where}.custom.input")
+    return ToolCall(cid, name, text or "", kind="custom")
+
+
 def _render_call(c: ToolCall) -> JSON:
+    if c.kind == "custom":
+        return {"id": c.id, "type": "custom", "custom": {"name": c.name, "input": c.arguments}}
     return {"id": c.id, "type": "function",
             "function": {"name": c.name, "arguments": c.arguments}}
 
@@ -649,7 +705,9 @@ class _Decoder:
     def _call(self, call: dict[str, Any], pos: int, events: list[StreamEvent]) -> None:
         wire = call.get("index")
         wire = wire if isinstance(wire, int) else pos
-        fn = call.get("function")
+        # a freeform call's pieces are under "custom" (name, input), as OpenAI streams them
+        custom = isinstance(call.get("custom"), dict) or call.get("type") == "custom"
+        fn = call.get("custom" if custom else "function")
         fn = fn if isinstance(fn, dict) else {}
         index = self._calls.get(wire)
         if index == -1:
@@ -661,8 +719,9 @@ class _Decoder:
             index = len(self._calls)  # ended calls stay in the map, so this counts every call
             self._calls[wire] = index
             events.append(ToolCallStart(index, cid if isinstance(cid, str) else
-                                        f"call_{index}", name))
-        args = fn.get("arguments")
+                                        f"call_{index}", name,
+                                        "custom" if custom else "function"))
+        args = fn.get("input" if custom else "arguments")
         if isinstance(args, str) and args:
             events.append(ToolCallDelta(index, args))
 
@@ -688,8 +747,8 @@ _PLAIN_TEXT_TAIL = b'"},"logprobs":null,"finish_reason":null}]}'
 
 
 class _Encoder:
-    __slots__ = ("_agent", "_calls", "_closed", "_created", "_first", "_id", "_include_usage",
-                 "_model", "_prefix", "_spoke")
+    __slots__ = ("_agent", "_calls", "_closed", "_created", "_custom", "_first", "_id",
+                 "_include_usage", "_model", "_prefix", "_spoke")
 
     def __init__(self, model: str | None, include_usage: bool) -> None:
         self._id = new_completion_id()
@@ -701,6 +760,8 @@ class _Encoder:
         self._agent: str | None = None
         self._spoke = False  # any text sent yet (the next agent's header starts a paragraph)
         self._calls = 0  # tool calls started: the finish reason defaults to tool_calls
+        self._custom: set[int] = set()
+        """The indexes of freeform calls (their deltas go under ``custom``)."""
         self._prefix = b""
 
     def _chunk(self, delta: dict[str, Any], reason: str | None = None) -> bytes:
@@ -757,11 +818,20 @@ class _Encoder:
             case ToolCallStart():
                 out = self._start()
                 self._calls += 1
+                if event.kind == "custom":
+                    self._custom.add(event.index)
+                    out.append(self._chunk({"tool_calls": [{
+                        "index": event.index, "id": event.id, "type": "custom",
+                        "custom": {"name": event.name, "input": ""}}]}))
+                    return out
                 out.append(self._chunk({"tool_calls": [{
                     "index": event.index, "id": event.id, "type": "function",
                     "function": {"name": event.name, "arguments": ""}}]}))
                 return out
             case ToolCallDelta():
+                if event.index in self._custom:
+                    return [self._chunk({"tool_calls": [{
+                        "index": event.index, "custom": {"input": event.arguments}}]})]
                 return [self._chunk({"tool_calls": [{
                     "index": event.index, "function": {"arguments": event.arguments}}]})]
             case ToolCallEnd() | ContextUpdate():

@@ -6,8 +6,10 @@ Requests: ``input`` is a string (one user message) or a list of items: messages 
 messages, ``function_call`` and ``function_call_output``, ``reasoning``. One canonical assistant
 message is one assistant turn: its reasoning items, then its output message, then its function
 calls, which is also the order they render back in. ``instructions`` is the leading system
-message. Function tools are flat (``{"type": "function", "name", …}``); built-in tools are kept
-verbatim for Responses upstreams only.
+message. Function tools are flat (``{"type": "function", "name", …}``), freeform tools
+``{"type": "custom", "name", "format"}`` (their calls ``custom_tool_call`` items, their results
+``custom_tool_call_output``), and a ``namespace`` tool's members are canonical tools naming it;
+built-in tools are kept verbatim for Responses upstreams only.
 
 Stored state: ``previous_response_id`` and ``item_reference`` items are parsed and kept for a
 Responses upstream (that stores them itself); where the gateway keeps the answers instead
@@ -31,8 +33,9 @@ order both SDKs' accumulators hold a stream to, and :class:`_Decoder` for what i
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, assert_never
 
 import orjson
@@ -168,6 +171,7 @@ class OpenAIResponsesDialect(SamplesFromPackage):
     name = NAME
     summary = "the OpenAI Responses API: input/output items, typed SSE events"
     capabilities = Capabilities(citations=True, usage_whole=True, usage_stream=True, tools=True,
+                                custom_tools=True, tool_namespaces=True,
                                 images=True, reasoning=True, reasoning_replay="own",
                                 structured_output=frozenset({"json_schema", "json_object"}))
     # (the API finds a replayed reasoning item by its id: another provider's has none)
@@ -292,7 +296,7 @@ class OpenAIResponsesDialect(SamplesFromPackage):
         if reasoning is not None:
             out["reasoning"] = reasoning
         if req.tools:
-            out["tools"] = [_render_tool(t, same) for t in req.tools]
+            out["tools"] = _render_tools(req.tools, same)
         choice = req.tool_choice
         if choice is not None:
             if not (same and "tool_choice" in req.hints and req.hints["tool_choice"] is None):
@@ -483,31 +487,84 @@ def _parse_tools(raw: JSON) -> list[ToolDef]:
     for i, t in enumerate(raw):
         t = expect_object(t, f"tools[{i}]")
         kind = t.get("type")
-        if kind != "function":
-            if not isinstance(kind, str):
-                raise DialectError("must be a string", f"tools[{i}].type")
+        if kind == "namespace":
+            out.extend(_parse_namespace(t, f"tools[{i}]"))
+        elif kind in ("function", "custom"):
+            out.append(_parse_tool(t, f"tools[{i}]"))
+        elif isinstance(kind, str):
             name = t.get("name")
             out.append(ToolDef(name if isinstance(name, str) else "", kind=kind, raw=t,
                                dialect=NAME))
+        else:
+            raise DialectError("must be a string", f"tools[{i}].type")
+    return out
+
+
+def _parse_namespace(t: dict[str, JSON], where: str) -> list[ToolDef]:
+    """A ``namespace`` tool: its functions and freeform tools, each naming the group."""
+    name, desc, tools = t.get("name"), t.get("description"), t.get("tools")
+    if not isinstance(name, str) or not name:
+        raise DialectError("must be a non-empty string", f"{where}.name")
+    if desc is not None and not isinstance(desc, str):
+        raise DialectError("must be a string", f"{where}.description")
+    if not isinstance(tools, list):
+        raise DialectError(f"must be a list, not {kind_of(tools)}", f"{where}.tools")
+    out: list[ToolDef] = []
+    for j, member in enumerate(tools):
+        member = expect_object(member, f"{where}.tools[{j}]")
+        if member.get("type") not in ("function", "custom"):
+            raise DialectError('must be "function" or "custom"', f"{where}.tools[{j}].type")
+        out.append(replace(_parse_tool(member, f"{where}.tools[{j}]"), namespace=name,
+                           namespace_description=desc))
+    return out
+
+
+def _parse_tool(t: dict[str, JSON], where: str) -> ToolDef:
+    """A ``function`` or ``custom`` tool (raw keeps the keys no field names, such as
+    ``defer_loading``, for a Responses upstream)."""
+    name, desc = t.get("name"), t.get("description")
+    if not isinstance(name, str) or not name:
+        raise DialectError("must be a non-empty string", f"{where}.name")
+    if desc is not None and not isinstance(desc, str):
+        raise DialectError("must be a string", f"{where}.description")
+    if t.get("type") == "custom":
+        fmt = t.get("format")
+        if fmt is not None and not isinstance(fmt, dict):
+            raise DialectError("must be an object", f"{where}.format")
+        return ToolDef(name, desc, kind="custom", format=fmt, raw=t, dialect=NAME)
+    strict = t.get("strict")
+    if strict is not None and not isinstance(strict, bool):
+        raise DialectError("must be a boolean", f"{where}.strict")
+    params = t.get("parameters")
+    if params is not None and not isinstance(params, dict):
+        raise DialectError("must be a JSON Schema object", f"{where}.parameters")
+    return ToolDef(name, desc, params, strict, raw=t, dialect=NAME)
+
+
+def _render_tools(tools: list[ToolDef], same: bool) -> list[JSON]:
+    """The wire tools, a namespace's tools (consecutive, as they were parsed) in one
+    ``namespace`` tool."""
+    out: list[JSON] = []
+    group: dict[str, JSON] | None = None
+    for t in tools:
+        wire = _render_tool(t, same)
+        if t.namespace is None or t.kind not in ("function", "custom"):
+            group = None
+            out.append(wire)
             continue
-        name = t.get("name")
-        if not isinstance(name, str) or not name:
-            raise DialectError("must be a non-empty string", f"tools[{i}].name")
-        desc = t.get("description")
-        if desc is not None and not isinstance(desc, str):
-            raise DialectError("must be a string", f"tools[{i}].description")
-        strict = t.get("strict")
-        if strict is not None and not isinstance(strict, bool):
-            raise DialectError("must be a boolean", f"tools[{i}].strict")
-        params = t.get("parameters")
-        if params is not None and not isinstance(params, dict):
-            raise DialectError("must be a JSON Schema object", f"tools[{i}].parameters")
-        # raw keeps the keys no field names (defer_loading, …) for a Responses upstream
-        out.append(ToolDef(name, desc, params, strict, raw=t, dialect=NAME))
+        if group is None or group["name"] != t.namespace:
+            group = {"type": "namespace", "name": t.namespace,
+                     "description": t.namespace_description or "", "tools": []}
+            out.append(group)
+        members = group["tools"]
+        assert isinstance(members, list)
+        members.append(wire)
     return out
 
 
 def _render_tool(t: ToolDef, same: bool) -> JSON:
+    if t.kind == "custom":
+        return _render_custom_tool(t, same)
     if t.kind != "function":
         return t.raw
     own = same and t.dialect == NAME and isinstance(t.raw, dict)
@@ -531,6 +588,20 @@ def _render_tool(t: ToolDef, same: bool) -> JSON:
     return wire
 
 
+def _render_custom_tool(t: ToolDef, same: bool) -> JSON:
+    own = same and t.dialect == NAME and isinstance(t.raw, dict)
+    wire: dict[str, JSON] = ({k: v for k, v in t.raw.items()
+                              if k not in ("type", "name", "description", "format")}
+                             if own else {})
+    wire["type"] = "custom"
+    wire["name"] = t.name
+    if t.description is not None:
+        wire["description"] = t.description
+    if t.format is not None:
+        wire["format"] = t.format
+    return wire
+
+
 def _parse_tool_choice(raw: JSON, parallel: JSON) -> tuple[ToolChoice | None, JSON]:
     """The canonical choice, and the wire value when the canonical one cannot say it all
     (``allowed_tools``, a built-in tool), for a Responses upstream."""
@@ -545,6 +616,8 @@ def _parse_tool_choice(raw: JSON, parallel: JSON) -> tuple[ToolChoice | None, JS
         kind = raw.get("type")
         if kind == "function" and isinstance(raw.get("name"), str):
             return ToolChoice("tool", raw["name"], par), None
+        if kind == "custom" and isinstance(raw.get("name"), str):
+            return ToolChoice("tool", raw["name"], par), raw
         if kind == "allowed_tools" and raw.get("mode") in ("auto", "required"):
             return ToolChoice(raw["mode"], parallel=par), raw
         if isinstance(kind, str):
@@ -563,7 +636,8 @@ def _render_tool_choice(choice: ToolChoice, raw: JSON) -> JSON:
 
 # Input items. A canonical assistant message is one turn: reasoning items, an output message,
 # function calls, in that order; an item that would break the order begins the next turn.
-_TURN_RANK = {"reasoning": 0, "message": 1, "function_call": 2}
+_TURN_RANK = {"reasoning": 0, "message": 1, "function_call": 2, "custom_tool_call": 2}
+_CALL_OUTPUTS = ("function_call_output", "custom_tool_call_output")
 
 
 def _parse_items(items: list[JSON]) -> list[Message]:
@@ -589,17 +663,17 @@ def _parse_items(items: list[JSON]) -> list[Message]:
                 parsed = _parse_message(item, where)
                 turn.content = parsed.content
                 turn.extras = {**parsed.extras, **turn.extras, "_message": True}
-            elif kind == "function_call":
+            elif kind in ("function_call", "custom_tool_call"):
                 turn.tool_calls.append(_parse_call(item, where))
                 turn.extras.setdefault("_calls", []).append(
-                    split_known(item, frozenset({"call_id", "name", "arguments"})))
+                    split_known(item, _CALL_KEYS))
             else:
                 reasoning, rest = _parse_reasoning_item(item, where)
                 turn.reasoning.append(reasoning)
                 turn.extras.setdefault("_reasoning", []).append(rest)
             continue
         turn = None
-        if kind == "function_call_output":
+        if kind in _CALL_OUTPUTS:
             out.append(_parse_call_output(item, where))
         elif kind == "item_reference" and not isinstance(item.get("id"), str):
             raise DialectError("must be a string", f"{where}.id")
@@ -670,15 +744,28 @@ def _parse_parts(content: list[JSON], where: str,
     return parts, rest
 
 
+_CALL_KEYS = frozenset({"call_id", "name", "arguments", "input", "namespace"})
+"""The keys of a ``function_call`` / ``custom_tool_call`` item a canonical call holds."""
+
+
 def _parse_call(item: dict[str, JSON], where: str) -> ToolCall:
-    cid, name, args = item.get("call_id"), item.get("name"), item.get("arguments")
+    """A ``function_call`` item, or a ``custom_tool_call`` (its ``input`` the call's text)."""
+    cid, name, namespace = item.get("call_id"), item.get("name"), item.get("namespace")
     if not isinstance(cid, str):
         raise DialectError("must be a string", f"{where}.call_id")
     if not isinstance(name, str):
         raise DialectError("must be a string", f"{where}.name")
+    if namespace is not None and not isinstance(namespace, str):
+        raise DialectError("must be a string", f"{where}.namespace")
+    if item.get("type") == "custom_tool_call":
+        text = item.get("input")
+        if text is not None and not isinstance(text, str):
+            raise DialectError("must be a string", f"{where}.input")
+        return ToolCall(cid, name, text or "", kind="custom", namespace=namespace)
+    args = item.get("arguments")
     if args is not None and not isinstance(args, str):
         raise DialectError("must be a string of JSON", f"{where}.arguments")
-    return ToolCall(cid, name, args if args is not None else "{}")
+    return ToolCall(cid, name, args if args is not None else "{}", namespace=namespace)
 
 
 def _parse_call_output(item: dict[str, JSON], where: str) -> Message:
@@ -708,7 +795,41 @@ def _parse_reasoning_item(item: dict[str, JSON], where: str) -> tuple[Reasoning,
         raise DialectError("must be a string", f"{where}.encrypted_content")
     text = _reasoning_text(item, where)
     rest = split_known(item, frozenset({"id", "encrypted_content"}))
+    carried = _unsealed(encrypted)
+    if carried is not None:
+        dialect, signature, redacted = carried
+        return Reasoning(text, signature, redacted, id=rid, dialect=dialect), rest
     return Reasoning(text, id=rid, redacted=encrypted, dialect=NAME), rest
+
+
+_SEAL = "chat-gateway.1."
+"""Heads the ``encrypted_content`` of a reasoning item that holds another provider's signature
+or redacted reasoning (:func:`_sealed`)."""
+
+
+def _sealed(dialect: str | None, signature: str | None, redacted: str | None) -> str | None:
+    """Another provider's signature or redacted reasoning, as an ``encrypted_content`` a client
+    gives back as it came (Codex asks for it, ``include: ["reasoning.encrypted_content"]``, and
+    replays it): on the client's next turn the reasoning goes back to the provider that signed
+    it, which refuses a turn of thinking and tool calls without it. Opaque to the client, as the
+    API's own is; never sent to an OpenAI upstream (the reasoning is another dialect's)."""
+    if dialect is None or dialect == NAME or (signature is None and redacted is None):
+        return None
+    blob = orjson.dumps({"dialect": dialect, "signature": signature, "redacted": redacted})
+    return _SEAL + base64.urlsafe_b64encode(blob).decode()
+
+
+def _unsealed(encrypted: str | None) -> tuple[str, str | None, str | None] | None:
+    """(dialect, signature, redacted) of a :func:`_sealed` value; ``None`` for any other."""
+    if encrypted is None or not encrypted.startswith(_SEAL):
+        return None
+    try:
+        value = orjson.loads(base64.urlsafe_b64decode(encrypted[len(_SEAL):]))
+    except (ValueError, orjson.JSONDecodeError):
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("dialect"), str):
+        return None
+    return value["dialect"], _str(value.get("signature")), _str(value.get("redacted"))
 
 
 def _reasoning_text(item: dict[str, JSON], where: str) -> str:
@@ -741,12 +862,14 @@ def _plain_text(content: str | list[Part]) -> str:
 
 def _render_items(messages: list[Message], same: bool) -> list[JSON]:
     out: list[JSON] = []
+    custom = {c.id for m in messages for c in m.tool_calls if c.kind == "custom"}
     for m in messages:
         extras = m.extras if same else {}
         if extras.get("_item"):
             out.extend(p.raw for p in m.content if isinstance(p, OtherPart))
         elif m.role == "tool":
-            wire: dict[str, JSON] = _public(extras) if same else {"type": "function_call_output"}
+            wire: dict[str, JSON] = _public(extras) if same else {
+                "type": _CALL_OUTPUTS[m.tool_call_id in custom]}
             wire["call_id"] = m.tool_call_id or ""
             wire["output"] = m.content if isinstance(m.content, str) else _render_parts(
                 m.content, "tool", extras.get("_parts"))
@@ -783,13 +906,23 @@ def _render_turn(m: Message, extras: dict[str, JSON], same: bool) -> list[JSON]:
     kept_calls = extras.get("_calls")
     for i, c in enumerate(m.tool_calls):
         rest = kept_calls[i] if isinstance(kept_calls, list) and i < len(kept_calls) else None
-        wire: dict[str, JSON] = dict(rest) if isinstance(rest, dict) else {
-            "type": "function_call"}
-        wire["call_id"] = c.id
-        wire["name"] = c.name
-        wire["arguments"] = c.arguments
-        out.append(wire)
+        wire = dict(rest) if isinstance(rest, dict) else {}
+        out.append(_call_wire(c, wire))
     return out
+
+
+def _call_wire(c: ToolCall, wire: dict[str, JSON]) -> dict[str, JSON]:
+    """A call as a ``function_call`` or ``custom_tool_call`` item, over ``wire`` (the keys it
+    came with, or the item's own, or none)."""
+    custom = c.kind == "custom"
+    wire = {"type": "custom_tool_call" if custom else "function_call",
+            **{k: v for k, v in wire.items() if k not in ("type", "input", "arguments")}}
+    wire["call_id"] = c.id
+    if c.namespace is not None:
+        wire["namespace"] = c.namespace
+    wire["name"] = c.name
+    wire["input" if custom else "arguments"] = c.arguments
+    return wire
 
 
 def _render_reasoning_item(r: Reasoning, rest: JSON) -> dict[str, JSON] | None:
@@ -874,7 +1007,7 @@ def _fold_output(output: list[JSON]) -> _Folded:
                     raise DialectError("must be a string", f"{where}.content[{j}].{key}")
                 text.append(value)
                 citations.extend(_citations(part.get("annotations")))
-        elif kind == "function_call":
+        elif kind in ("function_call", "custom_tool_call"):
             calls.append(_parse_call(item, where))
         elif kind == "reasoning":
             reasoning.append(_parse_reasoning_item(item, where)[0])
@@ -923,7 +1056,7 @@ def _digest(m: AssistantMessage) -> JSON:
 
 def _digest_of(text: str, calls: list[ToolCall], reasoning: list[Reasoning]) -> JSON:
     """What the folded message says, to tell whether the items it came from still say it."""
-    return [text, [[c.id, c.name, c.arguments] for c in calls],
+    return [text, [[c.id, c.name, c.arguments, c.kind, c.namespace] for c in calls],
             [[r.text, r.id, r.redacted, r.dialect] for r in reasoning]]
 
 
@@ -940,7 +1073,8 @@ def _render_output(resp: ChatResponse, text: str, calls: list[ToolCall]) -> list
                     "status": status, "role": "assistant",
                     "content": [_output_text(text, _annotations(resp.context, text))]})
     for c in calls:
-        out.append(_call_item(c, _new_id("fc_"), "completed", c.arguments))
+        out.append(_call_item(c, _new_id("ctc_" if c.kind == "custom" else "fc_"), "completed",
+                              c.arguments))
     return out
 
 
@@ -949,8 +1083,9 @@ def _output_text(text: str, annotations: list[JSON]) -> dict[str, JSON]:
 
 
 def _call_item(c: ToolCall, item_id: str, status: str, arguments: str) -> dict[str, JSON]:
-    return {"type": "function_call", "id": item_id, "call_id": c.id, "name": c.name,
-            "arguments": arguments, "status": status}
+    """An output item of a call; ``arguments``: what of them is said (a freeform call's
+    text)."""
+    return {**_call_wire(replace(c, arguments=arguments), {"id": item_id}), "status": status}
 
 
 def _reasoning_output(r: Reasoning) -> dict[str, JSON]:
@@ -959,6 +1094,10 @@ def _reasoning_output(r: Reasoning) -> dict[str, JSON]:
                              if r.text else []}
     if r.redacted is not None and r.dialect == NAME:
         item["encrypted_content"] = r.redacted
+    else:
+        sealed = _sealed(r.dialect, r.signature, r.redacted)
+        if sealed is not None:
+            item["encrypted_content"] = sealed
     return item
 
 
@@ -1066,7 +1205,7 @@ def _echo(req: ChatRequest) -> dict[str, Any]:
         else extras.get("text") or {"format": {"type": "text"}},
         "tool_choice": _render_tool_choice(choice, req.hints.get("tool_choice") if same
                                            else None) if choice is not None else "auto",
-        "tools": [_render_tool(t, same) for t in req.tools],
+        "tools": _render_tools(req.tools, same),
         "top_p": req.sampling.get("top_p"),
         "truncation": extras.get("truncation") or "disabled",
         "metadata": metadata if isinstance(metadata, dict) else {},
@@ -1151,6 +1290,10 @@ class _Decoder:
                 self._arguments(_index(p, "output_index"), _delta(p), events, rest=False)
             case "response.function_call_arguments.done":
                 self._arguments(_index(p, "output_index"), p.get("arguments"), events, rest=True)
+            case "response.custom_tool_call_input.delta":
+                self._arguments(_index(p, "output_index"), _delta(p), events, rest=False)
+            case "response.custom_tool_call_input.done":
+                self._arguments(_index(p, "output_index"), p.get("input"), events, rest=True)
             case "response.reasoning_summary_text.delta":
                 self._text(p, "summary", _index(p, "summary_index"), _delta(p), events)
             case "response.reasoning_summary_text.done":
@@ -1218,17 +1361,21 @@ class _Decoder:
             raise DialectError("an output_item.added event carries no item", "stream")
         if index in self._calls or index in self._finished_items:
             raise DialectError(f"output_index {index} was added twice", "stream")
-        if item.get("type") != "function_call":
+        kind = item.get("type")
+        if kind not in ("function_call", "custom_tool_call"):
             return
-        name, cid = item.get("name"), item.get("call_id")
+        name, cid, namespace = item.get("name"), item.get("call_id"), item.get("namespace")
         if not isinstance(name, str):
             raise DialectError("a function call names no function", "stream")
         call = self._ncalls
         self._ncalls += 1
         self._calls[index] = call
-        self._emit(events, ToolCallStart(call, cid if isinstance(cid, str) else f"call_{call}",
-                                         name))
-        args = item.get("arguments")
+        custom = kind == "custom_tool_call"
+        self._emit(events, ToolCallStart(
+            call, cid if isinstance(cid, str) else f"call_{call}", name,
+            "custom" if custom else "function",
+            namespace if isinstance(namespace, str) else None))
+        args = item.get("input" if custom else "arguments")
         if isinstance(args, str) and args:
             self._arguments(index, args, events, rest=False)
 
@@ -1257,10 +1404,11 @@ class _Decoder:
         if index in self._finished_items:
             return
         kind = item.get("type")
-        if kind == "function_call":
+        if kind in ("function_call", "custom_tool_call"):
             if index not in self._calls:
                 self._added(index, item, events)
-            self._arguments(index, item.get("arguments"), events, rest=True)
+            self._arguments(index, item.get("arguments" if kind == "function_call" else "input"),
+                            events, rest=True)
             self._emit(events, ToolCallEnd(self._calls.pop(index)))
         elif kind == "message":
             self._finish_message(index, item, events)
@@ -1335,6 +1483,14 @@ def _delta(p: dict[str, Any]) -> str:
     if not isinstance(delta, str):
         raise DialectError("a delta event's delta must be a string", "stream")
     return delta
+
+
+_DELTA_EVENT = ("response.function_call_arguments.delta", "response.custom_tool_call_input.delta")
+"""A call's delta event, by whether it is a freeform call's."""
+
+
+def _is_custom(item: _Item) -> bool:
+    return item.call is not None and item.call.kind == "custom"
 
 
 _PART_CLOSERS = frozenset({"response.output_text.done", "response.content_part.done",
@@ -1479,14 +1635,16 @@ class _Encoder:
             case ToolCallStart():
                 self._end_message(out)
                 self._end_reasoning(out)
-                item = self._add("function_call", "fc_", out,
-                                 call=ToolCall(event.id, event.name, ""))
+                # (a freeform call is an item of kind function_call here too: its call says)
+                item = self._add("function_call", "ctc_" if event.kind == "custom" else "fc_",
+                                 out, call=ToolCall(event.id, event.name, "", event.kind,
+                                                    event.namespace))
                 self._calls[event.index] = item
             case ToolCallDelta():
                 call = self._calls.get(event.index)
                 if call is not None and event.arguments:
                     call.chunks.append(event.arguments)
-                    out.append(self._event("response.function_call_arguments.delta", {
+                    out.append(self._event(_DELTA_EVENT[_is_custom(call)], {
                         "item_id": call.id, "output_index": call.index,
                         "delta": event.arguments}))
             case ToolCallEnd():
@@ -1586,13 +1744,15 @@ class _Encoder:
         return self._open
 
     def _think(self, event: ReasoningDelta, out: list[Payload]) -> None:
-        # Another provider's signature or redacted data cannot be sent to an OpenAI client.
-        redacted = event.redacted if event.dialect == NAME else None
+        # Another provider's signature or redacted data goes to an OpenAI client sealed (its
+        # own redacted data as it came): the client's next turn gives it back.
+        redacted = event.redacted if event.dialect == NAME else _sealed(
+            event.dialect, event.signature, event.redacted)
         if not event.text and redacted is None:
             return
         self._end_message(out)
         item = self._reasoning
-        if item is not None and event.text and item.redacted is not None:
+        if item is not None and item.redacted is not None and (event.text or redacted):
             self._end_reasoning(out)  # redacted data closes the block it belongs to
             item = None
         if event.text:
@@ -1655,6 +1815,11 @@ class _Encoder:
         self._done_item(item, status, out)
 
     def _end_call(self, item: _Item, status: str, out: list[Payload]) -> None:
+        if _is_custom(item):
+            out.append(self._event("response.custom_tool_call_input.done", {
+                "item_id": item.id, "output_index": item.index, "input": item.text}))
+            self._done_item(item, status, out)
+            return
         if not item.chunks:
             # No arguments came (an Anthropic tool_use with an empty input): the JSON of none.
             item.chunks.append("{}")
@@ -1766,7 +1931,7 @@ class _Encoder:
             return
         delta = p.get("delta")
         if kind in ("response.output_text.delta", "response.reasoning_summary_text.delta",
-                    "response.function_call_arguments.delta") and isinstance(delta, str):
+                    *_DELTA_EVENT) and isinstance(delta, str):
             followed.chunks.append(delta)
             if kind == "response.output_text.delta":
                 self._followed_text = followed
@@ -1786,8 +1951,11 @@ class _Encoder:
         given = item.get("id")
         item_id = given if isinstance(given, str) else _new_id("item_")
         kind = item.get("type")
-        if kind == "function_call":
-            call = ToolCall(str(item.get("call_id") or item_id), str(item.get("name") or ""), "")
+        if kind in ("function_call", "custom_tool_call"):
+            namespace = item.get("namespace")
+            call = ToolCall(str(item.get("call_id") or item_id), str(item.get("name") or ""), "",
+                            "custom" if kind == "custom_tool_call" else "function",
+                            namespace if isinstance(namespace, str) else None)
             self._items.append(_Item(index, item_id, "function_call", call=call))
         elif kind in ("message", "reasoning"):
             followed = _Item(index, item_id, kind)

@@ -66,6 +66,7 @@ async def serve(request: ClientRequest, env: Env, runtime: Runtime,
     sink = env.sink(request)
     answerer = Answerer(sink, entry, request_id, runtime.config.server.stream_accelerators)
     attempts = AttemptLog()
+    answerer.request_dropped = attempts.dropped
     inflight = env.metrics.inflight.labels(entry.config.path)
     inflight.inc()
     stream, disconnected = False, False

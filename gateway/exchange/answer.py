@@ -19,7 +19,7 @@ import orjson
 from aiohttp import web
 
 from gateway.canonical import ChatError, ChatRequest, ChatResponse, Usage
-from gateway.carry import Policy, Unsupported
+from gateway.carry import Policies, Unsupported
 from gateway.dialects import Dialect
 from gateway.errors import ParseError, UpstreamError
 from gateway.exchange.attempts import Answered, ClientGone
@@ -35,11 +35,16 @@ from gateway.pipeline import (
 )
 from gateway.pipeline_fast import Accelerate, stream_assembler, stream_translator
 from gateway.runtime import RouteEntry
+from gateway.tool_shapes import restore_tools
 from gateway.upstream import UpstreamCall
 
-__all__ = ["Answerer", "ClientGone", "Progress", "error_response"]
+__all__ = ["DROPPED_HEADER", "Answerer", "ClientGone", "Progress", "error_response"]
 
 _JSON = "application/json"
+DROPPED_HEADER = "X-Gateway-Dropped"
+"""Names the fields the route's ``on_unsupported: drop`` left out of the request the upstream
+got (``hosted_tools, tool_choice``), so that the client sees what its answer was made
+without."""
 _TOO_DEEP = "the upstream answer is nested too deeply to pass on"
 
 
@@ -92,7 +97,8 @@ class Answerer:
     """Answers one client (through ``sink``, on ``entry``) from whichever upstream call the
     attempts hand it (:meth:`answer`, an :data:`~gateway.exchange.attempts.UpstreamAnswer`)."""
 
-    __slots__ = ("accelerate", "client", "entry", "policy", "progress", "request_id", "sink")
+    __slots__ = ("accelerate", "client", "entry", "policy", "progress", "request_dropped",
+                 "request_id", "sink")
 
     def __init__(self, sink: ResponseSink, entry: RouteEntry, request_id: str,
                  accelerate: Accelerate = True) -> None:
@@ -102,9 +108,19 @@ class Answerer:
         :mod:`gateway.pipeline_fast`)."""
         self.entry = entry
         self.client = entry.client
-        self.policy: Policy = entry.config.on_unsupported
+        self.policy: Policies = entry.config.policies
         self.request_id = request_id
         self.progress = Progress()
+        self.request_dropped: list[str] = []
+        """What the request sent upstream was without (the drop policy), named in the answer's
+        ``X-Gateway-Dropped`` header; the exchange shares its attempts' list here."""
+
+    def _headers(self, headers: dict[str, str]) -> dict[str, str]:
+        """An answer's headers, with :data:`DROPPED_HEADER` when the request lost fields."""
+        headers["X-Request-ID"] = self.request_id
+        if self.request_dropped:
+            headers[DROPPED_HEADER] = ", ".join(self.request_dropped)
+        return headers
 
     async def fail(self, err: ChatError, headers: dict[str, str] | None = None) -> None:
         """Answer with ``err``, in the client's dialect."""
@@ -132,6 +148,7 @@ class Answerer:
         if isinstance(got, Answered):
             return got
         whole, raw = got
+        whole = restore_tools(whole, req, dialect, call.config.custom_tools)
         if req.stream:
             return await self._bridged(req, whole)
         return await self._whole(req, whole, raw)
@@ -154,7 +171,7 @@ class Answerer:
         self.progress.answered(resp.model, resp.finish_reason, len(body))
         self.progress.status = 200
         self.progress.first_content = time.perf_counter()
-        await self._send(200, {"Content-Type": _JSON, "X-Request-ID": self.request_id}, body)
+        await self._send(200, self._headers({"Content-Type": _JSON}), body)
         return Answered("ok")
 
     async def _whole_of(self, req: ChatRequest, call: UpstreamCall, dialect: Dialect,
@@ -224,14 +241,13 @@ class Answerer:
     async def _start_stream(self) -> ResponseSink:
         sink = self.sink
         try:
-            await sink.start({
+            await sink.start(self._headers({
                 "Content-Type": self.entry.stream_content_type,
                 "Cache-Control": "no-cache",
-                "X-Request-ID": self.request_id,
                 "X-Accel-Buffering": "no",
                 # a dialect whose clients look for a header of their protocol's (optional)
                 **dict(optional(self.client, "stream_headers") or ()),
-            })
+            }))
         except (ConnectionError, aiohttp.ClientConnectionResetError) as e:
             raise ClientGone from e
         self.progress.status = 200
@@ -263,7 +279,7 @@ class Answerer:
                       dialect: Dialect) -> Answered:
         tr = stream_translator(dialect, self.client, req, max_size=call.config.max_line_bytes,
                                policy=self.policy, scrub=call.config.scrubber,
-                               accelerate=self.accelerate)
+                               accelerate=self.accelerate, custom_tools=call.config.custom_tools)
         resp: ResponseSink | None = None
         fault = "ok"
         got_data = False

@@ -17,7 +17,7 @@ import orjson
 from gateway.balancer import Balancer, NoCapacity, UpstreamState
 from gateway.canonical import ChatError, ChatRequest
 from gateway.carry import Unsupported
-from gateway.config import HealthConfig, RouteConfig
+from gateway.config import HealthConfig, RouteConfig, UpstreamConfig
 from gateway.dialects import Dialect, get
 from gateway.errors import ParseError, UpstreamError
 from gateway.exchange.outcome import NONE, Attempt
@@ -130,7 +130,7 @@ async def _attempt(ctx: AttemptContext, req: ChatRequest, state: UpstreamState,
     # for its stream even for a whole answer, which is then assembled from it
     up_stream = (req.stream or getattr(dialect, "streams_only", False)) \
         if up.streaming == "auto" else up.streaming == "always"
-    body = _render(req, dialect, up_stream, up.model, up.max_tokens, ctx.route, log)
+    body = _render(req, dialect, up_stream, up, ctx.route, log)
     if isinstance(body, Final):
         return body
     log.upstream, log.upstream_dialect = state.name, dialect.name
@@ -145,16 +145,16 @@ async def _attempt(ctx: AttemptContext, req: ChatRequest, state: UpstreamState,
                                retry_after=up.queue_timeout))
 
 
-def _render(req: ChatRequest, dialect: Dialect, up_stream: bool, model: str | None,
-            max_tokens: int | None, route: RouteConfig, log: AttemptLog) -> bytes | Final:
+def _render(req: ChatRequest, dialect: Dialect, up_stream: bool, up: UpstreamConfig,
+            route: RouteConfig, log: AttemptLog) -> bytes | Final:
     try:
-        sent, lost = adapt_request(req, dialect, route.on_unsupported)
+        sent, lost = adapt_request(req, dialect, route.policies, up.custom_tools)
     except Unsupported as e:
         return Final(ChatError(400, str(e), code="UNSUPPORTED", param=e.fields[0]))
     log.dropped.extend(f for f in lost if f not in log.dropped)
     try:
-        return orjson.dumps(dialect.render_request(sent, stream=up_stream, model=model,
-                                                   max_tokens=max_tokens))
+        return orjson.dumps(dialect.render_request(sent, stream=up_stream, model=up.model,
+                                                   max_tokens=up.max_tokens))
     except orjson.JSONEncodeError:  # read fine (1024 levels), cannot be written (254)
         return Final(ChatError(400, "invalid request: the body is nested too deeply to pass on",
                                code="BAD_REQUEST"))

@@ -273,10 +273,10 @@ def test_server_tools_and_documents_reach_only_anthropic() -> None:
     assert isinstance(req.messages[0].content, list)
     assert req.messages[0].content[0] == OtherPart("anthropic", "document",
                                                    body["messages"][0]["content"][0])
-    with pytest.raises(Exception, match="tools, content_parts"):
+    with pytest.raises(Exception, match="hosted_tools, content_parts"):
         translate_request(body, A, OPENAI)
     _, out, lost = translate_request(body, A, OPENAI, policy="drop")
-    assert lost == ["tools", "content_parts"]
+    assert lost == ["hosted_tools", "content_parts"]
     assert "tools" not in out and out["messages"][0]["content"] == [
         {"type": "text", "text": "Summarize"}]
 

@@ -54,6 +54,7 @@ from gateway.pipeline import (
     StreamTranslator,
     events_from_response,
     translate_request,
+    translate_response,
 )
 
 D = get("openai-responses")
@@ -372,8 +373,11 @@ def test_encode_reasoning_then_text() -> None:
     assert seen.reasoning == "think hard"
     assert seen.text == "42"
     done = [e["item"] for e in events if e["type"] == "response.output_item.done"]
-    assert done[0]["encrypted_content"] == "gAAA"  # only the dialect's own is passed on
-    assert [i["type"] for i in done] == ["reasoning", "message"]
+    # the dialect's own redacted data as it came, another's signature sealed; each closes the
+    # block it belongs to
+    assert done[0]["encrypted_content"].startswith("chat-gateway.1.")
+    assert done[1]["encrypted_content"] == "gAAA"
+    assert [i["type"] for i in done] == ["reasoning", "reasoning", "message"]
 
 
 def test_encode_tool_calls_interleaved_passes_every_fragment_on_at_once() -> None:
@@ -907,3 +911,68 @@ def test_the_errors_are_the_apis_own() -> None:
                                                    "previous_response_id")
     assert STORED.not_found("item", "msg_1").status == STORED.not_found("stored", "r").status \
         == 404
+
+
+# --- another provider's signed reasoning, through a client that replays what it got ------------
+
+ANTHROPIC = get("anthropic")
+_THINKING_ANSWER = {
+    "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+    "content": [
+        {"type": "thinking", "thinking": "The user wants the tests run.", "signature": "EqQBsig=="},
+        {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4a"},
+        {"type": "tool_use", "id": "toolu_1", "name": "exec_command",
+         "input": {"cmd": "pytest"}}],
+    "stop_reason": "tool_use", "stop_sequence": None,
+    "usage": {"input_tokens": 10, "output_tokens": 20}}
+
+
+def _next_turn(output: list[Any]) -> dict[str, Any]:
+    """Codex's next request: the items it got, as they came, then its tool's output."""
+    return {"model": "m", "include": ["reasoning.encrypted_content"], "input": [
+        {"type": "message", "role": "user", "content": "Run the tests."}, *output,
+        {"type": "function_call_output", "call_id": "toolu_1", "output": "1 passed"}],
+        "tools": [{"type": "function", "name": "exec_command",
+                   "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}}}]}
+
+
+def _replayed_blocks(output: list[Any]) -> list[Any]:
+    _, sent, lost = translate_request(_next_turn(output), D, ANTHROPIC)
+    assert lost == []
+    assistant = [m for m in sent["messages"] if m["role"] == "assistant"]
+    return [b for b in assistant[0]["content"] if b["type"] != "tool_use"]
+
+
+def test_anthropic_thinking_goes_back_to_anthropic_sealed_in_encrypted_content() -> None:
+    req = D.parse_request(_next_turn([]))
+    whole, _ = translate_response(_THINKING_ANSWER, ANTHROPIC, D, req)
+    reasoning = [i for i in whole["output"] if i["type"] == "reasoning"]
+    assert all(i["encrypted_content"].startswith("chat-gateway.1.") for i in reasoning)
+    assert "EqQBsig==" not in json.dumps(whole)  # opaque to the client
+    assert _replayed_blocks(whole["output"]) == [
+        {"type": "thinking", "thinking": "The user wants the tests run.",
+         "signature": "EqQBsig=="},
+        {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4a"}]
+
+
+def test_streamed_anthropic_thinking_goes_back_to_anthropic_too() -> None:
+    req = D.parse_request({**_next_turn([]), "stream": True})
+    events = events_from_response(ANTHROPIC.parse_response(_THINKING_ANSWER))
+    encoder, frame = ANTHROPIC.encoder(req), encoder_for(ANTHROPIC.framing)
+    raw = b"".join(frame(p) for e in events for p in encoder.encode(e))
+    tr = StreamTranslator(ANTHROPIC, D, req)
+    body = (tr.feed(raw) + tr.finish()).decode()
+    done = [json.loads(line[5:]) for line in body.splitlines() if line.startswith("data:")
+            and '"response.completed"' in line]
+    output = done[0]["response"]["output"]
+    blocks = _replayed_blocks(output)
+    assert blocks[0] == {"type": "thinking", "thinking": "The user wants the tests run.",
+                         "signature": "EqQBsig=="}
+    assert {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4a"} in blocks
+
+
+def test_a_sealed_reasoning_never_reaches_an_openai_upstream() -> None:
+    req = D.parse_request(_next_turn([]))
+    whole, _ = translate_response(_THINKING_ANSWER, ANTHROPIC, D, req)
+    _, sent, _ = translate_request(_next_turn(whole["output"]), D, D, policy="drop")
+    assert not any(i.get("type") == "reasoning" for i in sent["input"])

@@ -48,7 +48,7 @@ def read_request(body: Any) -> Observed:
     obs = Observed(model=body.get("model"), stream=body.get("stream", False))
     assert isinstance(obs.stream, bool), "stream"
     for t in turns:
-        assert t.get("from") in ("system", "user", "assistant", "tool"), t
+        assert t.get("from") in ("system", "developer", "user", "assistant", "tool"), t
         assert isinstance(t.get("text"), str), t
         msg = ObservedMessage(t["from"], t["text"], tool_calls=_calls(t.get("calls")),
                               tool_result_for=t.get("answers"),

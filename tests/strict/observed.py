@@ -53,7 +53,11 @@ class ObservedCall:
     id: str
     name: str
     arguments: Any
-    """The arguments parsed from their JSON text (an object)."""
+    """The arguments parsed from their JSON text (an object); a freeform call's text."""
+    freeform: bool = False
+    """A call of a freeform (``custom``) tool: :attr:`arguments` is its text as it came."""
+    namespace: str | None = None
+    """The group of the tool called, where the wire names one."""
 
 
 @dataclass
@@ -92,7 +96,12 @@ class Observed:
     messages: list[ObservedMessage] = field(default_factory=list)
     """``read_request`` only."""
     tools: list[str] = field(default_factory=list)
-    """``read_request`` only: the tool names offered."""
+    """``read_request`` only: the tool names offered (functions and freeform tools; a tool of a
+    namespace as ``<namespace>/<name>``)."""
+    freeform_tools: list[str] = field(default_factory=list)
+    """``read_request`` only: the names in :attr:`tools` of freeform (``custom``) tools."""
+    hosted_tools: list[str] = field(default_factory=list)
+    """``read_request`` only: the types of the provider's built-in tools offered."""
     tool_choice: str | None = None
     """``read_request`` only: auto / none / required / tool:<name>."""
     output: tuple[str, Any] | None = None

@@ -31,6 +31,12 @@ _ROLES = {"system", "developer", "user", "assistant", "tool"}
 
 
 def _call(c: Any, where: str) -> ObservedCall:
+    if isinstance(c, dict) and c.get("type") == "custom":  # ChatCompletionMessageCustomToolCall
+        custom = c.get("custom")
+        assert isinstance(c.get("id"), str) and c["id"], f"{where}.id: {c!r}"
+        assert isinstance(custom, dict) and isinstance(custom.get("name"), str), where
+        assert isinstance(custom.get("input"), str), f"{where}.custom.input must be a string"
+        return ObservedCall(c["id"], custom["name"], custom["input"], freeform=True)
     assert isinstance(c, dict) and c.get("type") == "function", f"{where}: {c!r}"
     fn = c.get("function")
     assert isinstance(c.get("id"), str) and c["id"], f"{where}.id: {c!r}"
@@ -84,6 +90,16 @@ def read_request(body: Any) -> Observed:
     if tools is not None:
         assert isinstance(tools, list)
         for t in tools:
+            if isinstance(t, dict) and t.get("type") == "custom":  # ChatCompletionCustomToolParam
+                custom = t.get("custom")
+                assert isinstance(custom, dict) and isinstance(custom.get("name"), str), t
+                fmt = custom.get("format")
+                assert fmt is None or fmt.get("type") == "text" or (
+                    fmt.get("type") == "grammar" and set(fmt["grammar"]) == {
+                        "syntax", "definition"}), t
+                obs.tools.append(custom["name"])
+                obs.freeform_tools.append(custom["name"])
+                continue
             assert isinstance(t, dict) and t.get("type") == "function", t
             assert isinstance(t["function"].get("name"), str), t
             params = t["function"].get("parameters")

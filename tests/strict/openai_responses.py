@@ -63,9 +63,16 @@ def read_request(body: Any) -> Observed:
             _read_item(item, i, seen.messages)
     for t in body.get("tools") or []:
         assert isinstance(t, dict) and "function" not in t, f"tools are flat: {t!r}"
-        if t.get("type") == "function":
-            assert isinstance(t.get("name"), str) and t["name"], f"a tool without name: {t!r}"
-            seen.tools.append(t["name"])
+        if t.get("type") == "namespace":  # NamespaceTool: functions and custom tools
+            assert isinstance(t.get("name"), str) and isinstance(t.get("tools"), list), t
+            for member in t["tools"]:
+                assert member.get("type") in ("function", "custom"), member
+                _read_tool(member, seen, f"{t['name']}/")
+        elif t.get("type") in ("function", "custom"):
+            _read_tool(t, seen, "")
+        else:
+            assert isinstance(t.get("type"), str), t
+            seen.hosted_tools.append(t["type"])
     choice = body.get("tool_choice")
     if isinstance(choice, dict):
         assert choice.get("type") == "function" and isinstance(choice.get("name"), str), choice
@@ -95,6 +102,17 @@ def read_request(body: Any) -> Observed:
     return seen
 
 
+def _read_tool(t: Any, seen: Observed, prefix: str) -> None:
+    assert isinstance(t.get("name"), str) and t["name"], f"a tool without name: {t!r}"
+    seen.tools.append(prefix + t["name"])
+    if t["type"] == "custom":  # CustomTool: format text, or a lark / regex grammar
+        fmt = t.get("format")
+        assert fmt is None or fmt.get("type") == "text" or (
+            fmt.get("type") == "grammar" and fmt.get("syntax") in ("lark", "regex")
+            and isinstance(fmt.get("definition"), str)), t
+        seen.freeform_tools.append(prefix + t["name"])
+
+
 def _read_item(item: Any, i: int, out: list[ObservedMessage]) -> None:
     assert isinstance(item, dict), f"input[{i}] is not an object"
     kind = item.get("type", "message")
@@ -104,16 +122,20 @@ def _read_item(item: Any, i: int, out: list[ObservedMessage]) -> None:
         msg = ObservedMessage(role, "")
         _read_content(item.get("content"), role, msg, f"input[{i}]")
         out.append(msg)
-    elif kind == "function_call":
-        for key in ("call_id", "name", "arguments"):
+    elif kind in ("function_call", "custom_tool_call"):
+        freeform = kind == "custom_tool_call"
+        for key in ("call_id", "name", "input" if freeform else "arguments"):
             assert isinstance(item.get(key), str), f"input[{i}].{key} must be a string"
-        call = ObservedCall(item["call_id"], item["name"], json.loads(item["arguments"]))
+        namespace = item.get("namespace")
+        assert namespace is None or isinstance(namespace, str), f"input[{i}].namespace"
+        call = ObservedCall(item["call_id"], item["name"], item["input"] if freeform
+                            else json.loads(item["arguments"]), freeform, namespace)
         last = out[-1] if out else None
         if last is None or last.role != "assistant" or last.tool_result_for is not None:
             last = ObservedMessage("assistant", "")
             out.append(last)
         last.tool_calls.append(call)
-    elif kind == "function_call_output":
+    elif kind in ("function_call_output", "custom_tool_call_output"):
         assert isinstance(item.get("call_id"), str), f"input[{i}].call_id"
         msg = ObservedMessage("tool", "", tool_result_for=item["call_id"])
         output = item.get("output")
