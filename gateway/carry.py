@@ -5,8 +5,9 @@ Two kinds of field, by what a user loses:
 - **Governed** (``tools``, ``hosted_tools``, ``tool_choice``, ``tool_calls``, ``tool_results``,
   ``images``, ``content_parts``, ``reasoning``, ``reasoning_effort``, ``structured_output``,
   ``options``): the route's ``on_unsupported`` policy decides, per field (:data:`Policies`).
-  ``reject`` answers the client (400 for its request, 502 for an upstream answer or event) naming the field and the dialect
-  that cannot carry it; ``drop`` takes the field out and reports it. A route that says nothing
+  ``reject`` answers the client (400 for its request, 502 for an upstream answer or event)
+  naming the field and the dialect that cannot carry it; ``drop`` takes the field out and
+  reports it. A route that says nothing
   follows :data:`DEFAULT_POLICIES`: what the client *offers* the model (tool definitions, a
   provider's built-in tools, ``tool_choice``) and how hard it asks it to think are dropped,
   because the model answers without them and the client reads the answer as it would any other;
