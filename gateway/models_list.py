@@ -33,9 +33,9 @@ from gateway.exchange import Env, error_response
 from gateway.exchange.client import request_id_of
 from gateway.exchange.outcome import Outcome, record
 from gateway.forwarding import client_address
-from gateway.runtime import Runtime, normalize_path
+from gateway.runtime import RouteEntry, Runtime, normalize_path
 
-__all__ = ["ModelList", "listing_path", "model_list_for", "model_lists"]
+__all__ = ["ModelList", "listing_path", "model_list_for", "model_lists", "route_model_list"]
 
 _ALLOW = "GET, HEAD"
 
@@ -146,3 +146,11 @@ def model_list_for(runtime: Runtime, path: str) -> ModelList | None:
     if lists is None:
         lists = _BY_RUNTIME[runtime] = model_lists(runtime.config)
     return lists.get(normalize_path(path))
+
+
+def route_model_list(runtime: Runtime, entry: RouteEntry) -> ModelList:
+    """The list of one route whose dialect serves it under the route's own prefix
+    (``GET {prefix}/models``): its upstreams' models, in its dialect's shape."""
+    names = tuple(dict.fromkeys(_models_of(runtime.config,
+                                           (u.name for u in entry.config.upstreams))))
+    return ModelList(entry.config.path, {None: ((entry.client.name,), names)})

@@ -33,7 +33,7 @@ from aiohttp import web
 from gateway.canonical import ChatError, ChatRequest
 from gateway.carry import Unsupported
 from gateway.config import UpstreamConfig
-from gateway.dialects import Dialect, TokenCount, get
+from gateway.dialects import Dialect, TokenCount, get, routes_by_prefix, upstream_url_of
 from gateway.errors import ParseError, UpstreamError
 from gateway.exchange import Env, error_response
 from gateway.exchange.client import Refused, read_chat_request, request_id_of
@@ -143,8 +143,9 @@ class Counter:
             sent, stream=False, model=up.model, max_tokens=up.max_tokens)))
         headers = upstream_headers(request, runtime.config, up, target, False, request_id)
         try:
+            url = upstream_url_of(target, up.url, req.model or up.model, stream=False, count=True)
             call = await start_call(env.transport, up, body, headers, stream=False,
-                                    url=count_url(up.url, theirs.suffix))
+                                    url=url or count_url(up.url, theirs.suffix))
         except UpstreamError as e:
             env.log.warning("upstream_error", request_id=request_id, upstream=name,
                             kind=e.kind, error=up.scrubber(e.message))
@@ -187,8 +188,8 @@ def counters(runtime: Runtime) -> dict[str, Counter]:
     out: dict[str, Counter] = {}
     for path, entry in runtime.routes.items():
         count = entry.client.token_count
-        if count is None or entry.stream is True:
-            continue
+        if count is None or entry.stream is True or routes_by_prefix(entry.client):
+            continue  # (a prefix route's dialect names its count in the path: runtime.target_for)
         where = normalize_path(path) + count.suffix
         if where not in runtime.routes:
             out.setdefault(where, Counter(where, entry))

@@ -51,6 +51,8 @@ async def read_chat_request(request: ClientRequest, entry: RouteEntry,
         req = entry.client.parse_request(parse_body(raw))
     except ParseError as e:
         raise Refused(ChatError(400, f"invalid request: {e}", param=e.where or None)) from None
+    if entry.model is not None:
+        req.model = entry.model
     req.stream = _wants_stream(request, entry, req)
     req.options = entry.options
     if req.session_state is None and entry.config.mint_session_state:
