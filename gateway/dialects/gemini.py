@@ -72,6 +72,7 @@ from gateway.canonical import (
     ToolChoice,
     ToolDef,
     Usage,
+    agent_header,
     random_hex,
 )
 from gateway.dialects.base import (
@@ -141,6 +142,8 @@ Pro; ``-1`` lets the model decide)."""
 _LEVELS = frozenset({"minimal", "low", "medium", "high"})
 """``thinkingLevel`` values (Gemini 3), read as the canonical effort of the same name."""
 
+_FILES_API = "generativelanguage.googleapis.com/"
+"""Where the Files API's uploads live (``fileData.fileUri``): readable by Gemini only."""
 _WRAP = b"cgw1:"
 """The head of a signature the gateway wraps around another dialect's opaque reasoning."""
 SKIP_SIGNATURE = "skip_thought_signature_validator"
@@ -150,6 +153,12 @@ gave (a conversation that came from another provider): the call is accepted unch
 
 def _new_id() -> str:
     return "call_" + random_hex(12)
+
+
+def _call_id(response_id: str | None, index: int) -> str:
+    """The id of a call the upstream gave none (Gemini's are optional): the same however its
+    answer is read, and unique across answers where the answer has an id."""
+    return f"call_{response_id}_{index}" if response_id else _new_id()
 
 
 def _str(v: JSON) -> str | None:
@@ -263,7 +272,10 @@ def _args_text(args: JSON, where: str) -> str:
         return "{}"
     if not isinstance(args, dict):
         raise DialectError(f"must be an object, not {kind_of(args)}", where)
-    return orjson.dumps(args).decode()
+    try:
+        return orjson.dumps(args).decode()
+    except orjson.JSONEncodeError:  # an integer past 64 bits, or nested past 254 levels
+        raise DialectError("cannot be passed on as JSON text", where) from None
 
 
 def _parse_content(obj: dict[str, JSON], where: str, calls: _Calls) -> list[Message]:
@@ -304,6 +316,15 @@ def _parse_user_part(p: dict[str, JSON], at: str) -> Part:
         if isinstance(mime, str) and mime.startswith("image/") and isinstance(data, str) \
                 and set(inline) <= {"mimeType", "data"}:
             return ImagePart(data=data, media_type=mime)
+    file = p.get("fileData")
+    if isinstance(file, dict) and set(p) == {"fileData"}:
+        mime, uri = file.get("mimeType"), file.get("fileUri")
+        # An image at a URL any provider can fetch; a file of Google's Files API is readable
+        # by Gemini only (kept verbatim, for the route's policy elsewhere).
+        if isinstance(mime, str) and mime.startswith("image/") and isinstance(uri, str) \
+                and uri.startswith(("http://", "https://")) and _FILES_API not in uri \
+                and set(file) <= {"mimeType", "fileUri"}:
+            return ImagePart(url=uri)
     if isinstance(text, str) and set(p) <= {"text", "thought", "thoughtSignature"} \
             and not p.get("thought"):
         return TextPart(text)  # (a signature on a user text part means nothing upstream)
@@ -340,7 +361,8 @@ def _parse_function_response(p: dict[str, JSON], at: str, calls: _Calls) -> Mess
     return m
 
 
-def _parse_model_turn(parts: list[dict[str, JSON]], where: str, calls: _Calls) -> Message:
+def _parse_model_turn(parts: list[dict[str, JSON]], where: str, calls: _Calls,
+                      response_id: str | None = None) -> Message:
     content: list[Part] = []
     tool_calls: list[ToolCall] = []
     reasoning: list[Reasoning] = []
@@ -357,7 +379,7 @@ def _parse_model_turn(parts: list[dict[str, JSON]], where: str, calls: _Calls) -
             name = fc.get("name")
             if not isinstance(name, str):
                 raise DialectError("must be a string", f"{at}.functionCall.name")
-            call_id = _str(fc.get("id")) or _new_id()
+            call_id = _str(fc.get("id")) or _call_id(response_id, len(tool_calls))
             calls.made(name, call_id)
             tool_calls.append(ToolCall(call_id, name,
                                        _args_text(fc.get("args"), f"{at}.functionCall.args")))
@@ -527,13 +549,9 @@ def _render_response_part(m: Message) -> dict[str, JSON]:
         fr = raw.get("functionResponse")
         if isinstance(fr, dict) and (fr.get("id") in (None, m.tool_call_id)):
             return raw
-    text = m.text
-    response: JSON
-    try:
-        parsed = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        parsed = None
-    response = parsed if isinstance(parsed, dict) else {"error" if m.is_error else "output": text}
+    # The text as it came, under Google's convention for a function's output or error (parsed
+    # as JSON it would come back to the client written another way).
+    response: JSON = {"error" if m.is_error else "output": m.text}
     out: dict[str, JSON] = {"name": m.name or "function", "response": response}
     if m.tool_call_id:
         out["id"] = m.tool_call_id
@@ -962,7 +980,8 @@ class GeminiDialect(SamplesFromPackage):
             content = candidate.get("content")
             parts = _parse_parts(content.get("parts", []), "candidates[0].content.parts") \
                 if isinstance(content, dict) else []
-            turn = _parse_model_turn(parts, "candidates[0].content", _Calls())
+            turn = _parse_model_turn(parts, "candidates[0].content", _Calls(),
+                                     _str(obj.get("responseId")))
             message = AssistantMessage(turn.text, tool_calls=turn.tool_calls,
                                        reasoning=turn.reasoning)
             message.extras["_parts"] = parts
@@ -1003,7 +1022,9 @@ class GeminiDialect(SamplesFromPackage):
         usage = raw_usage if isinstance(raw_usage, dict) else _usage_out(resp.usage)
         if usage is not None:
             out["usageMetadata"] = usage
-        out["modelVersion"] = resp.model or req.model or "unknown"
+        model = resp.model or req.model
+        if model is not None:
+            out["modelVersion"] = model
         out["responseId"] = resp.id or random_hex(12)
         return out
 
@@ -1033,9 +1054,10 @@ class _Decoder:
     function call comes whole. The event that carries ``finishReason`` (or a blocked prompt)
     finishes the stream."""
 
-    __slots__ = ("_calls", "_finished", "_started", "_usage")
+    __slots__ = ("_calls", "_finished", "_id", "_started", "_usage")
 
     def __init__(self) -> None:
+        self._id: str | None = None
         self._started = False
         self._finished = False
         self._calls = 0
@@ -1051,6 +1073,7 @@ class _Decoder:
             return [StreamError(err.message, err.code, err.status)]
         if not self._started:
             self._started = True
+            self._id = _str(obj.get("responseId"))
             events.append(StreamStart(id=_str(obj.get("responseId")),
                                       model=_str(obj.get("modelVersion"))))
         usage = _usage_in(obj.get("usageMetadata"))
@@ -1082,7 +1105,8 @@ class _Decoder:
                     raise DialectError("must be a string", f"{at}.name")
                 index = self._calls
                 self._calls += 1
-                events.append(ToolCallStart(index, _str(fc.get("id")) or _new_id(), name))
+                events.append(ToolCallStart(index, _str(fc.get("id")) or _call_id(self._id, index),
+                                            name))
                 events.append(ToolCallDelta(index, _args_text(fc.get("args"), f"{at}.args")))
                 events.append(ToolCallEnd(index))
             elif isinstance(p.get("text"), str):
@@ -1112,11 +1136,15 @@ class _Encoder:
     """One SSE event per canonical event that carries something: text, a thought, a whole
     function call (its argument fragments are held until it ends), the finish with the usage."""
 
-    __slots__ = ("_args", "_calls", "_id", "_model", "_signature")
+    __slots__ = ("_agent", "_args", "_calls", "_id", "_model", "_signature", "_spoke")
 
     def __init__(self, model: str | None) -> None:
+        self._agent: str | None = None
+        self._spoke = False
+        """Any text sent yet (the next agent's header starts a paragraph)."""
         self._id = random_hex(12)
-        self._model = model or "unknown"
+        self._model = model
+        """Written on every event as it was on the first (left out when unknown then)."""
         self._calls: dict[int, tuple[str, str]] = {}
         self._args: dict[int, list[str]] = {}
         self._signature: str | None = None
@@ -1131,7 +1159,8 @@ class _Encoder:
         out: dict[str, JSON] = {"candidates": [candidate]}
         if usage is not None:
             out["usageMetadata"] = usage
-        out["modelVersion"] = self._model
+        if self._model is not None:
+            out["modelVersion"] = self._model
         out["responseId"] = self._id
         return orjson.dumps(out)
 
@@ -1150,7 +1179,12 @@ class _Encoder:
                     self._model = event.model
                 return []
             case TextDelta():
-                return [self._chunk([self._signed({"text": event.text})])]
+                text = event.text
+                if event.agent != self._agent:
+                    text = agent_header(event.agent, first=not self._spoke) + text
+                    self._agent = event.agent
+                self._spoke = True
+                return [self._chunk([self._signed({"text": text})])]
             case ReasoningDelta():
                 signature = _signature_of(Reasoning(event.text, event.signature, event.redacted,
                                                     dialect=event.dialect))
