@@ -80,6 +80,7 @@ class Runtime:
         (the longest prefix that reads it); ``None`` when none does."""
         if not self.prefixes:
             return None
+        path = normalize_path(path)  # (a trailing slash, as the other routes allow)
         for prefix in sorted(self.prefixes, key=len, reverse=True):
             head = prefix.rstrip("/") + "/"
             if not path.startswith(head):

@@ -1070,6 +1070,7 @@ class _Decoder:
         events: list[StreamEvent] = []
         if obj.get("error") is not None:
             err = _error_of(obj["error"])
+            self._finished = True
             return [StreamError(err.message, err.code, err.status)]
         if not self._started:
             self._started = True
@@ -1177,7 +1178,9 @@ class _Encoder:
                     self._id = event.id
                 if event.model:
                     self._model = event.model
-                return []
+                # The answer's first event, before any text (an empty text part, which the SDKs
+                # read as no text): a client sees the stream begin as soon as the upstream's does.
+                return [self._chunk([{"text": ""}])]
             case TextDelta():
                 text = event.text
                 if event.agent != self._agent:
