@@ -1130,7 +1130,7 @@ class _Decoder:
             return []
         if not self._started:
             return [StreamError("the upstream stream ended before it began")]
-        return [StreamError("the upstream stream ended without a finish reason")]
+        return [StreamError("the upstream stream ended before its finish reason")]
 
 
 class _Encoder:
