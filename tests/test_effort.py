@@ -17,10 +17,11 @@ PAIRS = [(cl, up) for cl in REASONING for up in REASONING]
 IDS = [f"{cl.name}->{up.name}" for cl, up in PAIRS]
 
 SHARED = ("low", "medium", "high", "xhigh", "max")
-"""The efforts every reasoning dialect has."""
+"""The efforts most reasoning dialects have (one may lack some: :func:`_says`)."""
 BELOW = ("none", "minimal")
 """The efforts below ``low`` that some dialects lack: there the nearest, ``low``, arrives."""
 LOWEST = ("none", "minimal", "low")
+ORDER = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
 
 
 def client_body(cl: Dialect, effort: str) -> object:
@@ -37,17 +38,38 @@ def upstream_effort(cl: Dialect, up: Dialect, effort: str) -> str | None:
     return reasoning.effort
 
 
-@pytest.mark.parametrize("effort", SHARED)
-@pytest.mark.parametrize(("cl", "up"), PAIRS, ids=IDS)
+def _says(cl: Dialect, effort: str) -> bool:
+    """Whether a client of ``cl`` can ask for ``effort`` at all."""
+    said = cl.parse_request(client_body(cl, effort)).reasoning
+    return said is not None and said.effort == effort
+
+
+BOTH = [(cl, up, e) for cl, up in PAIRS for e in SHARED if _says(cl, e) and _says(up, e)]
+ONE = [(cl, up, e) for cl, up in PAIRS for e in SHARED if _says(cl, e) and not _says(up, e)]
+"""The pairs whose upstream lacks an effort of ``SHARED`` its client can ask for."""
+
+
+@pytest.mark.parametrize(("cl", "up", "effort"), BOTH,
+                         ids=[f"{c.name}->{u.name}-{e}" for c, u, e in BOTH])
 def test_an_effort_both_sides_have_arrives_unchanged(cl: Dialect, up: Dialect,
                                                       effort: str) -> None:
     assert upstream_effort(cl, up, effort) == effort
 
 
-def _says(cl: Dialect, effort: str) -> bool:
-    """Whether a client of ``cl`` can ask for ``effort`` at all."""
-    said = cl.parse_request(client_body(cl, effort)).reasoning
-    return said is not None and said.effort == effort
+@pytest.mark.parametrize(("cl", "up", "effort"), ONE,
+                         ids=[f"{c.name}->{u.name}-{e}" for c, u, e in ONE])
+def test_an_effort_the_upstream_lacks_arrives_as_the_nearest(cl: Dialect, up: Dialect,
+                                                              effort: str) -> None:
+    got = upstream_effort(cl, up, effort)
+    assert got is not None and _says(up, got), got
+    nearest = min((e for e in ORDER if _says(up, e)),
+                  key=lambda e: abs(ORDER.index(e) - ORDER.index(effort)))
+    assert abs(ORDER.index(got) - ORDER.index(effort)) == \
+        abs(ORDER.index(nearest) - ORDER.index(effort)), (got, nearest)
+
+
+def test_most_pairs_have_every_shared_effort() -> None:
+    assert len(BOTH) > len(ONE), "the shared efforts are no longer shared"
 
 
 BELOW_CASES = [(cl, up, e) for cl, up in PAIRS for e in BELOW if _says(cl, e)]

@@ -343,7 +343,8 @@ class Dialect(Protocol):
     # Such a dialect defines ``read_target(rest, method, query) -> Target | None`` (``rest``: the
     # request path after the prefix and its slash; ``None``: nothing it serves, a 404) and
     # ``client_target(prefix, model, *, stream) -> str`` (where its clients post to a route at
-    # ``prefix``, for the demo and the tests). See :func:`client_path`.
+    # ``prefix``, for the demo and the tests; ``count=True``: where they count tokens). See
+    # :func:`client_path` and :func:`count_path`.
     #
     # Optional: ``upstream_url(url, model, *, stream, count=False) -> str``, where an upstream
     # of this dialect configured at ``url`` is asked for ``model`` (a chat answer, whole or
@@ -461,6 +462,18 @@ def client_path(dialect: Dialect, path: str, model: str | None, *, stream: bool)
     if stream and dialect.stream_path:
         return path.rstrip("/") + dialect.stream_path
     return path
+
+
+def count_path(dialect: Dialect, path: str, model: str | None) -> str | None:
+    """Where a client of ``dialect`` counts tokens for the route at ``path`` (``None``: its
+    dialect has no count endpoint)."""
+    if dialect.token_count is None:
+        return None
+    build = getattr(dialect, "client_target", None)
+    if build is not None:
+        target: str = build(path, model, stream=False, count=True)
+        return target
+    return path.rstrip("/") + dialect.token_count.suffix
 
 
 def upstream_url_of(dialect: Dialect, url: str, model: str | None, *, stream: bool,

@@ -139,6 +139,8 @@ _BUDGET_BY_EFFORT = {"none": 0, "minimal": 512, "low": 1024, "medium": 8192, "hi
                      "xhigh": 32768, "max": 32768}
 """``thinkingBudget`` for an effort (Gemini 2.5's budgets run up to 24576 on Flash and 32768 on
 Pro; ``-1`` lets the model decide)."""
+_EFFORT_BY_BUDGET = {b: e for e, b in reversed(_BUDGET_BY_EFFORT.items()) if b > 0}
+"""The effort a budget of the table above stands for (the lower one where two share it)."""
 _LEVELS = frozenset({"minimal", "low", "medium", "high"})
 """``thinkingLevel`` values (Gemini 3), read as the canonical effort of the same name."""
 
@@ -472,9 +474,12 @@ def _parse_thinking(raw: JSON) -> ReasoningRequest | None:
     obj = expect_object(raw, "generationConfig.thinkingConfig")
     budget = _int(obj.get("thinkingBudget"))
     level = obj.get("thinkingLevel")
-    effort = level.lower() if isinstance(level, str) and level.lower() in _LEVELS else None
     if budget == 0:
         return ReasoningRequest(effort="none", enabled=False)
+    if isinstance(level, str) and level.lower() in _LEVELS:
+        effort: str | None = level.lower()
+    else:
+        effort = _EFFORT_BY_BUDGET.get(budget) if budget is not None else None
     summary = "auto" if obj.get("includeThoughts") is True else None
     return ReasoningRequest(effort=effort, budget_tokens=budget if budget and budget > 0 else None,
                             summary=summary)
@@ -667,15 +672,26 @@ def _render_tool_choice(c: ToolChoice) -> dict[str, JSON]:
     return {"functionCallingConfig": config}
 
 
-def _render_thinking(r: ReasoningRequest) -> dict[str, JSON]:
+def _render_thinking(r: ReasoningRequest, model: str | None) -> dict[str, JSON]:
+    """Gemini 3 takes a ``thinkingLevel`` (low, high; minimal and medium on Flash), Gemini 2.5 a
+    ``thinkingBudget`` (``thinkingLevel`` is refused there): an effort goes as the one the model
+    takes (a budget by :data:`_BUDGET_BY_EFFORT`), a budget alone as it is."""
     if not r.enabled or r.effort == "none":
         return {"thinkingBudget": 0}
     out: dict[str, JSON] = {"includeThoughts": True}
-    if r.budget_tokens is not None:
+    # One of the two goes: the effort when the client gave one (its budget is then read back
+    # as that effort), else the client's budget.
+    if r.effort is not None and r.effort in _LEVELS and _takes_levels(model):
+        out["thinkingLevel"] = r.effort.upper()
+    elif r.effort is not None and r.effort in _BUDGET_BY_EFFORT:
+        out["thinkingBudget"] = _BUDGET_BY_EFFORT[r.effort]
+    elif r.budget_tokens is not None:
         out["thinkingBudget"] = r.budget_tokens
-    elif r.effort is not None:
-        out["thinkingBudget"] = _BUDGET_BY_EFFORT.get(r.effort, -1)
     return out
+
+
+def _takes_levels(model: str | None) -> bool:
+    return model is not None and "gemini-3" in model
 
 
 # --- answers -------------------------------------------------------------------------------------
@@ -794,9 +810,10 @@ class GeminiDialect(SamplesFromPackage):
     stream_by_accept = False
     default_path = "/v1beta"
     route_options = None
-    models_path: str | None = None
-    """Listed under the route's prefix instead (``GET {prefix}/models``, :meth:`read_target`)."""
-    models_header: str | None = "x-goog-api-key"
+    models_path: str | None = "/v1beta/models"
+    """Beside a route at ``…/v1beta``; a route at any prefix also lists at ``{prefix}/models``
+    (:meth:`read_target`)."""
+    models_header: str | None = "x-goog-api-client"  # every Google SDK request has it
     token_count: TokenCount | None = _CountTokens(
         ":countTokens", frozenset({"contents"}), key="totalTokens")
     routes_by_prefix = True
@@ -823,9 +840,12 @@ class GeminiDialect(SamplesFromPackage):
         # answered as SSE, which every Google SDK asks for.
         return Target("chat", model=model, stream=stream)
 
-    def client_target(self, prefix: str, model: str | None, *, stream: bool) -> str:
-        """Where a client of this dialect posts to a route at ``prefix``."""
-        verb = "streamGenerateContent?alt=sse" if stream else "generateContent"
+    def client_target(self, prefix: str, model: str | None, *, stream: bool,
+                      count: bool = False) -> str:
+        """Where a client of this dialect posts to a route at ``prefix`` (to count: its
+        ``countTokens``)."""
+        verb = _COUNT if count else "streamGenerateContent?alt=sse" if stream else \
+            "generateContent"
         return f"{prefix.rstrip('/')}/models/{model or 'default'}:{verb}"
 
     def upstream_url(self, url: str, model: str | None, *, stream: bool,
@@ -937,13 +957,14 @@ class GeminiDialect(SamplesFromPackage):
             out["toolConfig"] = raw if raw is not None else _render_tool_choice(req.tool_choice)
         if "cachedContent" in top:
             out["cachedContent"] = top["cachedContent"]
-        config = self._config(req, same, top)
+        config = self._config(req, same, top, req.model or model)
         if config:
             out["generationConfig"] = config
         return out
 
     @staticmethod
-    def _config(req: ChatRequest, same: bool, top: dict[str, JSON]) -> dict[str, JSON]:
+    def _config(req: ChatRequest, same: bool, top: dict[str, JSON],
+                model: str | None) -> dict[str, JSON]:
         raw = req.extras.get("_config_raw") if same else None
         if isinstance(raw, dict):
             return raw
@@ -964,7 +985,7 @@ class GeminiDialect(SamplesFromPackage):
             if req.output.kind == "json_schema" and req.output.schema is not None:
                 config["responseJsonSchema"] = req.output.schema
         if req.reasoning is not None:
-            config["thinkingConfig"] = _render_thinking(req.reasoning)
+            config["thinkingConfig"] = _render_thinking(req.reasoning, model)
         return config
 
     # --- whole answers -------------------------------------------------------------------------
@@ -974,7 +995,10 @@ class GeminiDialect(SamplesFromPackage):
         candidate = _candidate(obj)
         blocked = _blocked(obj)
         if candidate is None:
-            reason = "content_filter" if blocked is not None else None
+            if blocked is None:
+                raise DialectError("an answer holds a candidate, or the feedback of a blocked "
+                                   "prompt", "candidates")
+            reason = "content_filter"
             message = AssistantMessage("")
         else:
             content = candidate.get("content")
