@@ -57,6 +57,9 @@ async def gateway(aiohttp_client: Any, cfg: dict[str, Any],
     return client
 
 
+_JSON = {"Content-Type": "application/json"}
+
+
 def _whole_path(client: str) -> str:
     """Where a client of ``client``'s dialect posts a whole request to the route ``/c``."""
     return client_path(get(client), "/c", "m", stream=False)
@@ -243,7 +246,8 @@ async def test_request_id_taken_or_generated(aiohttp_client: Any, fakes: Fakes,
     await streamed.read()
     assert streamed.headers["X-Request-ID"] == "req-stream-1"
     assert fake.seen[2].headers["X-Request-ID"] == "req-stream-1"
-    error = await gw.post(_whole_path(client), data=b"not json", headers={"X-Request-ID": "req-bad-1"})
+    error = await gw.post(_whole_path(client), data=b"not json",
+                          headers={"X-Request-ID": "req-bad-1"})
     assert error.status == 400 and error.headers["X-Request-ID"] == "req-bad-1"
 
 
@@ -373,7 +377,7 @@ async def test_body_over_limit_is_413(aiohttp_client: Any, fakes: Fakes, client:
     cfg["server"] = {"max_body_bytes": 1000}
     gw = await gateway(aiohttp_client, cfg)
     big = orjson.dumps(client_request(client, stream=False, text="x" * 5000)[1])
-    resp = await gw.post(_whole_path(client), data=big, headers={"Content-Type": "application/json"})
+    resp = await gw.post(_whole_path(client), data=big, headers=_JSON)
     assert resp.status == 413
     assert "1000" in error_message(client, await resp.json())
 
@@ -381,7 +385,7 @@ async def test_body_over_limit_is_413(aiohttp_client: Any, fakes: Fakes, client:
         for i in range(0, len(big), 500):
             yield big[i:i + 500]
 
-    resp = await gw.post(_whole_path(client), data=chunked(), headers={"Content-Type": "application/json"})
+    resp = await gw.post(_whole_path(client), data=chunked(), headers=_JSON)
     assert resp.status == 413
     error_message(client, await resp.json())
     ok = await ask(gw, client, stream=False)
@@ -394,7 +398,7 @@ async def test_request_errors_are_400_in_client_dialect(aiohttp_client: Any, fak
                                                         client: str) -> None:
     fake = await fakes.start(other(client))
     gw = await gateway(aiohttp_client, one_route(client, upstream_config(fake)))
-    bad = await gw.post(_whole_path(client), data=b"{not json", headers={"Content-Type": "application/json"})
+    bad = await gw.post(_whole_path(client), data=b"{not json", headers=_JSON)
     assert bad.status == 400
     assert bad.headers["Content-Type"].startswith("application/json")
     assert "JSON" in error_message(client, await bad.json())
@@ -723,7 +727,7 @@ async def test_large_chunked_body_over_limit_is_413(aiohttp_client: Any, fakes: 
             yield b"x" * 16384
         yield b'"}]}'
 
-    resp = await gw.post(_whole_path(client), data=chunked(), headers={"Content-Type": "application/json"})
+    resp = await gw.post(_whole_path(client), data=chunked(), headers=_JSON)
     assert resp.status == 413
     error_message(client, await resp.json())
     assert fake.seen == []

@@ -32,8 +32,8 @@ from gateway.dialects.protocol_2024_01_28 import Protocol20240128
 from gateway.dialects.protocol_2024_05_29 import Protocol20240529
 
 __all__ = ["DIALECTS", "Capabilities", "Dialect", "StreamDecoder", "StreamEncoder", "Target",
-           "TokenCount", "client_path", "count_path", "get", "names", "register", "routes_by_prefix",
-           "upstream_url_of"]
+           "TokenCount", "client_path", "count_path", "get", "names", "register",
+           "routes_by_prefix", "upstream_url_of"]
 
 _BUILTIN: tuple[Dialect, ...] = (
     Protocol20240128(),

@@ -171,6 +171,30 @@ def _int(v: JSON) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
+def _camel_key(key: str) -> str:
+    if "_" not in key or key.startswith("_"):
+        return key
+    head, *rest = key.split("_")
+    return head + "".join(w[:1].upper() + w[1:] for w in rest)
+
+
+def _obj(value: JSON, where: str) -> dict[str, JSON]:
+    """An object of the API's own shapes, its keys in lowerCamelCase: Google's JSON parsers
+    take the proto's snake_case names too, and the Python SDK sends some (a function
+    declaration's ``parameters_json_schema``). Only these keys change, never the values under
+    them (arguments, schemas, responses are the client's)."""
+    obj = expect_object(value, where)
+    if not any("_" in k for k in obj):
+        return obj
+    return {_camel_key(k): v for k, v in obj.items()}
+
+
+def _sub(obj: dict[str, JSON], key: str) -> JSON:
+    """``obj[key]``, itself camel-cased when it is an object (``None`` when absent)."""
+    value = obj.get(key)
+    return _obj(value, key) if isinstance(value, dict) else value
+
+
 # --- signatures ----------------------------------------------------------------------------------
 
 
@@ -266,7 +290,7 @@ class _Calls:
 def _parse_parts(raw: JSON, where: str) -> list[dict[str, JSON]]:
     if not isinstance(raw, list):
         raise DialectError(f"must be a list, not {kind_of(raw)}", where)
-    return [expect_object(p, f"{where}[{i}]") for i, p in enumerate(raw)]
+    return [_obj(p, f"{where}[{i}]") for i, p in enumerate(raw)]
 
 
 def _args_text(args: JSON, where: str) -> str:
@@ -312,13 +336,13 @@ def _parse_user_part(p: dict[str, JSON], at: str) -> Part:
     text = p.get("text")
     if isinstance(text, str) and not p.get("thought") and set(p) <= {"text"}:
         return TextPart(text)
-    inline = p.get("inlineData")
+    inline = _sub(p, "inlineData")
     if isinstance(inline, dict) and set(p) == {"inlineData"}:
         mime, data = inline.get("mimeType"), inline.get("data")
         if isinstance(mime, str) and mime.startswith("image/") and isinstance(data, str) \
                 and set(inline) <= {"mimeType", "data"}:
             return ImagePart(data=data, media_type=mime)
-    file = p.get("fileData")
+    file = _sub(p, "fileData")
     if isinstance(file, dict) and set(p) == {"fileData"}:
         mime, uri = file.get("mimeType"), file.get("fileUri")
         # An image at a URL any provider can fetch; a file of Google's Files API is readable
@@ -335,7 +359,7 @@ def _parse_user_part(p: dict[str, JSON], at: str) -> Part:
 
 
 def _parse_function_response(p: dict[str, JSON], at: str, calls: _Calls) -> Message:
-    fr = expect_object(p["functionResponse"], f"{at}.functionResponse")
+    fr = _obj(p["functionResponse"], f"{at}.functionResponse")
     name = fr.get("name")
     if not isinstance(name, str):
         raise DialectError("must be a string", f"{at}.functionResponse.name")
@@ -377,7 +401,7 @@ def _parse_model_turn(parts: list[dict[str, JSON]], where: str, calls: _Calls,
         if signature is not None:  # a signature on the part it belongs with
             reasoning.append(_reasoning_of("", signature))
         if "functionCall" in p:
-            fc = expect_object(p["functionCall"], f"{at}.functionCall")
+            fc = _obj(p["functionCall"], f"{at}.functionCall")
             name = fc.get("name")
             if not isinstance(name, str):
                 raise DialectError("must be a string", f"{at}.functionCall.name")
@@ -406,7 +430,7 @@ def _parse_system(raw: JSON) -> list[Message]:
         return []
     if isinstance(raw, str):
         return [Message("system", raw)]
-    obj = expect_object(raw, "systemInstruction")
+    obj = _obj(raw, "systemInstruction")
     parts = _parse_parts(obj.get("parts", []), "systemInstruction.parts")
     texts = [p.get("text") for p in parts]
     if not all(isinstance(t, str) for t in texts):
@@ -424,7 +448,7 @@ def _parse_tools(raw: JSON) -> list[ToolDef]:
         raise DialectError(f"must be a list, not {kind_of(raw)}", "tools")
     out: list[ToolDef] = []
     for i, t in enumerate(raw):
-        tool = expect_object(t, f"tools[{i}]")
+        tool = _obj(t, f"tools[{i}]")
         for key, value in tool.items():
             if key != "functionDeclarations":
                 out.append(ToolDef(key, kind=key, raw={key: value}, dialect=NAME))
@@ -437,7 +461,7 @@ def _parse_tools(raw: JSON) -> list[ToolDef]:
 
 
 def _parse_declaration(raw: JSON, at: str) -> ToolDef:
-    d = expect_object(raw, at)
+    d = _obj(raw, at)
     name = d.get("name")
     if not isinstance(name, str):
         raise DialectError("must be a string", f"{at}.name")
@@ -453,10 +477,10 @@ def _parse_declaration(raw: JSON, at: str) -> ToolDef:
 def _parse_tool_choice(raw: JSON) -> ToolChoice | None:
     if raw is None:
         return None
-    config = expect_object(raw, "toolConfig").get("functionCallingConfig")
+    config = _obj(raw, "toolConfig").get("functionCallingConfig")
     if config is None:
         return None
-    config = expect_object(config, "toolConfig.functionCallingConfig")
+    config = _obj(config, "toolConfig.functionCallingConfig")
     mode = config.get("mode", "AUTO")
     if not isinstance(mode, str) or mode not in _CHOICE_IN:
         raise DialectError("must be AUTO, ANY, NONE or VALIDATED",
@@ -471,7 +495,7 @@ def _parse_tool_choice(raw: JSON) -> ToolChoice | None:
 def _parse_thinking(raw: JSON) -> ReasoningRequest | None:
     if raw is None:
         return None
-    obj = expect_object(raw, "generationConfig.thinkingConfig")
+    obj = _obj(raw, "generationConfig.thinkingConfig")
     budget = _int(obj.get("thinkingBudget"))
     level = obj.get("thinkingLevel")
     if budget == 0:
@@ -503,7 +527,7 @@ def _parse_output(config: dict[str, JSON]) -> OutputFormat | None:
 def _parse_config(raw: JSON, sampling: dict[str, JSON]) -> dict[str, JSON]:
     if raw is None:
         return {}
-    config = expect_object(raw, "generationConfig")
+    config = _obj(raw, "generationConfig")
     for key, name in _SAMPLING:
         value = config.get(key)
         if value is None:
@@ -749,7 +773,7 @@ def _candidate(obj: dict[str, JSON]) -> dict[str, JSON] | None:
         raise DialectError(f"must be a list, not {kind_of(candidates)}", "candidates")
     if not candidates:
         return None
-    return expect_object(candidates[0], "candidates[0]")
+    return _obj(candidates[0], "candidates[0]")
 
 
 def _blocked(obj: dict[str, JSON]) -> str | None:
@@ -870,8 +894,8 @@ class GeminiDialect(SamplesFromPackage):
     # --- requests ------------------------------------------------------------------------------
 
     def parse_request(self, body: JSON) -> ChatRequest:
-        obj = expect_object(body, "")
-        wrapped = obj.get("generateContentRequest")
+        obj = _obj(body, "")
+        wrapped = _sub(obj, "generateContentRequest")
         if isinstance(wrapped, dict) and "contents" not in obj:  # a countTokens request
             obj = wrapped
         raw = obj.get("contents")
@@ -880,7 +904,7 @@ class GeminiDialect(SamplesFromPackage):
         calls = _Calls()
         messages = _parse_system(obj.get("systemInstruction"))
         for i, c in enumerate(raw):
-            messages.extend(_parse_content(expect_object(c, f"contents[{i}]"),
+            messages.extend(_parse_content(_obj(c, f"contents[{i}]"),
                                            f"contents[{i}]", calls))
         sampling: dict[str, JSON] = {}
         config = _parse_config(obj.get("generationConfig"), sampling)
@@ -991,7 +1015,7 @@ class GeminiDialect(SamplesFromPackage):
     # --- whole answers -------------------------------------------------------------------------
 
     def parse_response(self, body: JSON) -> ChatResponse:
-        obj = expect_object(body, "")
+        obj = _obj(body, "")
         candidate = _candidate(obj)
         blocked = _blocked(obj)
         if candidate is None:
@@ -1001,7 +1025,7 @@ class GeminiDialect(SamplesFromPackage):
             reason = "content_filter"
             message = AssistantMessage("")
         else:
-            content = candidate.get("content")
+            content = _sub(candidate, "content")
             parts = _parse_parts(content.get("parts", []), "candidates[0].content.parts") \
                 if isinstance(content, dict) else []
             turn = _parse_model_turn(parts, "candidates[0].content", _Calls(),
@@ -1021,7 +1045,7 @@ class GeminiDialect(SamplesFromPackage):
         return ChatResponse(
             messages=[message],
             finish_reason=reason,
-            usage=_usage_in(obj.get("usageMetadata")),
+            usage=_usage_in(_sub(obj, "usageMetadata")),
             id=_str(obj.get("responseId")),
             model=_str(obj.get("modelVersion")),
             extras=extras,
@@ -1090,7 +1114,7 @@ class _Decoder:
     def decode(self, payload: Any) -> list[StreamEvent]:
         if isinstance(payload, RawData):
             raise DialectError(f"a stream event is not JSON: {payload.text[:60]!r}")
-        obj = expect_object(payload, "")
+        obj = _obj(payload, "")
         events: list[StreamEvent] = []
         if obj.get("error") is not None:
             err = _error_of(obj["error"])
@@ -1101,7 +1125,7 @@ class _Decoder:
             self._id = _str(obj.get("responseId"))
             events.append(StreamStart(id=_str(obj.get("responseId")),
                                       model=_str(obj.get("modelVersion"))))
-        usage = _usage_in(obj.get("usageMetadata"))
+        usage = _usage_in(_sub(obj, "usageMetadata"))
         if usage is not None:
             self._usage = usage
         candidate = _candidate(obj)
@@ -1110,7 +1134,7 @@ class _Decoder:
                 self._finished = True
                 events.append(StreamFinish("content_filter", self._usage))
             return events
-        content = candidate.get("content")
+        content = _sub(candidate, "content")
         parts = _parse_parts(content.get("parts", []), "candidates[0].content.parts") \
             if isinstance(content, dict) else []
         for i, p in enumerate(parts):
