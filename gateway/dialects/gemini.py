@@ -1018,6 +1018,7 @@ class GeminiDialect(SamplesFromPackage):
         obj = _obj(body, "")
         candidate = _candidate(obj)
         blocked = _blocked(obj)
+        reason: str | None
         if candidate is None:
             if blocked is None:
                 raise DialectError("an answer holds a candidate, or the feedback of a blocked "
