@@ -244,7 +244,8 @@ def _signature_of(r: Reasoning) -> str | None:
 
 
 def _json_schema(schema: JSON) -> JSON:
-    """An OpenAPI-style ``Schema`` (``type: OBJECT``, ``nullable``) as JSON Schema."""
+    """An OpenAPI-style ``Schema`` (``type: OBJECT``, ``nullable``) as JSON Schema (a JSON
+    Schema is left as it is)."""
     if isinstance(schema, list):
         return [_json_schema(s) for s in schema]
     if not isinstance(schema, dict):
@@ -466,7 +467,7 @@ def _parse_declaration(raw: JSON, at: str) -> ToolDef:
     if not isinstance(name, str):
         raise DialectError("must be a string", f"{at}.name")
     if d.get("parametersJsonSchema") is not None:
-        params = d["parametersJsonSchema"]
+        params = _json_schema(d["parametersJsonSchema"])
     elif d.get("parameters") is not None:
         params = _json_schema(d["parameters"])
     else:
@@ -511,7 +512,9 @@ def _parse_thinking(raw: JSON) -> ReasoningRequest | None:
 
 def _parse_output(config: dict[str, JSON]) -> OutputFormat | None:
     mime = config.get("responseMimeType")
-    schema = config.get("responseJsonSchema")
+    # (Gemini CLI's router writes OpenAPI's upper-case types even in responseJsonSchema, which
+    # Google accepts: read as JSON Schema's lower-case ones, what another provider checks)
+    schema = _json_schema(config.get("responseJsonSchema"))
     if schema is None and config.get("responseSchema") is not None:
         schema = _json_schema(config["responseSchema"])
     if mime != "application/json":

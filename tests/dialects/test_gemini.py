@@ -265,3 +265,15 @@ async def test_a_key_in_the_query_is_accepted_and_goes_on_as_a_header(
     assert sent.headers["x-goog-api-key"] == "sekrit" and "sekrit" not in sent.url
     missing = await client.post("/v1beta/models/m:embedContent", json=TEXT)
     assert missing.status == 404
+
+
+def test_gemini_clis_router_schema_is_read_as_json_schema() -> None:
+    """Gemini CLI's model router asks for JSON with OpenAPI's upper-case types inside
+    ``responseJsonSchema`` (observed from 0.61.0), which Google accepts and OpenAI would not."""
+    req = G.parse_request({**TEXT, "generationConfig": {
+        "responseMimeType": "application/json", "responseJsonSchema": {
+            "type": "OBJECT", "properties": {"complexity_score": {"type": "INTEGER"}},
+            "required": ["complexity_score"]}}})
+    assert req.output is not None and req.output.schema == {
+        "type": "object", "properties": {"complexity_score": {"type": "integer"}},
+        "required": ["complexity_score"]}
