@@ -6,7 +6,11 @@ Gemini CLI speaks Google's Gemini API through the ``@google/genai`` SDK; it is p
 gateway with ``GOOGLE_GEMINI_BASE_URL`` (its configuration reference: the base URL of Gemini API
 requests with ``gemini-api-key`` authentication; plain HTTP is allowed on loopback) and a made-up
 ``GEMINI_API_KEY``, with a home of its own whose settings choose that authentication and turn off
-telemetry and updates. ``--approval-mode yolo`` lets it run the tool without a prompt. It posts
+telemetry and updates. ``--approval-mode yolo`` lets it run the tool without a prompt, and
+``GEMINI_CLI_TRUST_WORKSPACE`` trusts the working folder (headless runs refuse an untrusted one).
+The model is named (``-m``): without it, the CLI's model router first asks for a JSON verdict
+(``responseJsonSchema``), which the scripted backend answers in plain text, and the CLI retries it
+for minutes before it falls back (seen with 0.61.0; the loop then completes all the same). It posts
 to ``/v1beta/models/{model}:streamGenerateContent?alt=sse``: the gateway's route is the Gemini
 dialect's conventional prefix, found by its ``default_path`` like the others.
 
