@@ -54,11 +54,13 @@ from gateway.carry import (
 from gateway.dialects import Dialect, StreamDecoder, StreamEncoder
 from gateway.errors import ParseError
 from gateway.framing import (
+    Framing,
     Named,
     Payload,
     RawData,
     SniffingReader,
     Verbatim,
+    closing,
     encoder_for,
     named,
 )
@@ -431,7 +433,7 @@ class StreamTranslator:
     def __init__(
         self, upstream: Dialect, client: Dialect, req: ChatRequest, *,
         max_size: int = DEFAULT_MAX_LINE, policy: Policy = "reject", scrub: Scrub | None = None,
-        decoding: StreamDecoding | None = None,
+        decoding: StreamDecoding | None = None, framing: Framing | None = None,
     ) -> None:
         same = upstream is client
         self._in = decoding if decoding is not None else StreamDecoding(
@@ -442,7 +444,9 @@ class StreamTranslator:
         self._follow: Callable[[Any], None] | None = optional(self._encoder, "follow")
         """An encoder that numbers or names what it writes (ids, sequence numbers) reads the
         upstream's own payloads instead of a replay, so that its error event continues them."""
-        self._frame: Callable[[Payload], bytes] = encoder_for(client.framing)
+        self._frame: Callable[[Payload], bytes] = encoder_for(framing or client.framing)
+        """``framing``: the one the client's request chose, when its dialect has two (Gemini's
+        JSON array without ``alt=sse``)."""
         self._gate = EventGate(client, policy) if EventGate.needed(upstream, client) else None
         # Same dialect both sides: the upstream's own payloads are passed on, unless the client
         # needs something of its own put in: its session state echoed because the upstream
@@ -519,6 +523,10 @@ class StreamTranslator:
         if self.done:
             return b""
         return self._events(self._in.abort(message, status))
+
+    def closing(self) -> bytes:
+        """What ends the client's stream after its last frame (a JSON array's ``]``), once."""
+        return closing(self._frame)
 
     def _translate(self, payloads: list[Any]) -> bytes:
         out: list[bytes] = []

@@ -15,6 +15,7 @@ from typing import Any
 from gateway.balancer import UpstreamState
 from gateway.config import GatewayConfig, RouteConfig
 from gateway.dialects import Dialect, Target, get, routes_by_prefix
+from gateway.framing import Framing
 
 __all__ = ["RouteEntry", "Runtime", "normalize_path"]
 
@@ -28,6 +29,9 @@ class RouteEntry:
     stream_content_type: str
     options: dict[str, Any]
     """The route's options for its dialect (validated, with defaults)."""
+    framing: Framing | None = None
+    """The framing the request target chose for a stream, when the client's dialect has two
+    (``None``: its dialect's own)."""
     model: str | None = None
     """The model the request target named (a dialect whose routes are prefixes), which wins
     over the body's; ``None``: the body names it."""
@@ -89,6 +93,9 @@ class Runtime:
             target: Target | None = entry.client.read_target(  # type: ignore[attr-defined]
                 path[len(head):], method, query)
             if target is not None:
+                if target.framing == "jsonarray":
+                    entry = replace(entry, framing="jsonarray",
+                                    stream_content_type="application/json")
                 return replace(entry, stream=target.stream, model=target.model), target
         return None
 

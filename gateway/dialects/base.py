@@ -176,6 +176,9 @@ class Target:
     """The model the target names (it wins over one in the body)."""
     stream: bool | None = None
     """Whether the target asks for a stream (``None``: the body or a header decides)."""
+    framing: Framing | None = None
+    """The stream's framing, when the target chooses another than the dialect's own
+    (Gemini's JSON array, asked for without ``alt=sse``)."""
 
 
 FIELDS: tuple[str, ...] = tuple(f for f in Capabilities.__dataclass_fields__

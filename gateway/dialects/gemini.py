@@ -863,9 +863,9 @@ class GeminiDialect(SamplesFromPackage):
         if verb not in _METHODS:
             return None
         stream = _METHODS[verb]
-        # Without alt=sse a stream is a JSON array of the same objects: not served (yet), so
-        # answered as SSE, which every Google SDK asks for.
-        return Target("chat", model=model, stream=stream)
+        # Without alt=sse a stream is a JSON array of the same objects (Google's default).
+        framing: Framing | None = "jsonarray" if stream and query.get("alt") != "sse" else None
+        return Target("chat", model=model, stream=stream, framing=framing)
 
     def client_target(self, prefix: str, model: str | None, *, stream: bool,
                       count: bool = False) -> str:

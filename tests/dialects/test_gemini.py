@@ -10,6 +10,8 @@ from typing import Any
 import orjson
 import pytest
 from aiohttp.test_utils import TestClient
+from strict import reader_for
+from strict._wire import frame_sse
 
 from gateway.app import create_app
 from gateway.canonical import (
@@ -277,3 +279,34 @@ def test_gemini_clis_router_schema_is_read_as_json_schema() -> None:
     assert req.output is not None and req.output.schema == {
         "type": "object", "properties": {"complexity_score": {"type": "integer"}},
         "required": ["complexity_score"]}
+
+
+@pytest.mark.parametrize("alt", ["", "?alt=sse"])
+async def test_a_stream_without_alt_sse_is_a_json_array(aiohttp_client: Any, alt: str) -> None:
+    """Google's default stream (no ``alt=sse``): one JSON array whose elements are the
+    events an SSE stream would carry; with ``alt=sse``, those events."""
+    up = OPENAI
+
+    async def upstream(req: UpstreamRequest) -> MemoryResponse:
+        return MemoryResponse(200, {"Content-Type": "text/event-stream"},
+                              up.samples.streams["text"])
+
+    config = parse_config({
+        "upstreams": {"u": {"dialect": up.name, "url": "http://up.test/v1/chat/completions"}},
+        "routes": [{"path": "/v1beta", "dialect": G.name, "upstream": "u"}]}, env={})
+    client: TestClient[Any, Any] = await aiohttp_client(
+        create_app(config, transport=MemoryTransport(upstream)))
+    resp = await client.post(f"/v1beta/models/m:streamGenerateContent{alt}", json=TEXT)
+    assert resp.status == 200
+    body = await resp.read()
+    if alt:
+        assert resp.headers["Content-Type"] == "text/event-stream"
+        events = reader_for(G).read_stream(body)
+    else:
+        assert resp.headers["Content-Type"] == "application/json"
+        assert body.startswith(b"[{") and body.endswith(b"}\r\n]")
+        elements = orjson.loads(body)
+        assert isinstance(elements, list) and len(elements) > 2
+        events = reader_for(G).read_stream(frame_sse(elements))
+    want = reader_for(up).read_stream(up.samples.streams["text"])
+    assert events.text == want.text and events.finish == "STOP"
