@@ -205,8 +205,10 @@ def _wrap(dialect: str, kind: str, value: str) -> str:
 
 def _unwrap(signature: str) -> tuple[str, str, str] | None:
     """``(dialect, kind, value)`` of a wrapped signature, or ``None`` for a Gemini one."""
+    # (the Python SDK keeps a signature as bytes and sends it back URL-safe, unpadded or not)
+    plain = signature.replace("-", "+").replace("_", "/")
     try:
-        raw = base64.b64decode(signature, validate=True)
+        raw = base64.b64decode(plain + "=" * (-len(plain) % 4), validate=True)
     except (binascii.Error, ValueError):
         return None
     if not raw.startswith(_WRAP):

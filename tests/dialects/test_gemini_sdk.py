@@ -272,3 +272,32 @@ async def test_anthropic_sdk_in_front_of_a_gemini_upstream(fakes: Fakes,
     assert final.stop_reason == "end_turn"
     [asked, _] = [reader_for(GEMINI).read_request(s.body) for s in fake.seen]
     assert asked.extra.get("max_tokens") == 100
+
+
+SIGNED = [d for d in OTHERS if d.capabilities.reasoning and "reasoning" in d.samples.responses
+          and any(r.signature or r.redacted
+                  for r in d.parse_response(d.samples.responses["reasoning"]).reasoning)]
+
+
+def _opaque(reasoning: list[Any]) -> list[tuple[str | None, str | None]]:
+    return [(r.signature, r.redacted) for r in reasoning if r.signature or r.redacted]
+
+
+@pytest.mark.parametrize("up", SIGNED, ids=ids(SIGNED))
+async def test_another_providers_signed_reasoning_goes_back_to_it_through_the_sdk(
+        fakes: Fakes, servers: list[Any], up: Dialect) -> None:
+    """The SDK keeps a thought's signature as bytes and sends it back re-encoded (URL-safe
+    base64): the upstream that signed the reasoning gets its own signature back unchanged."""
+    fake = await fakes.start(up.name)
+    fake.queue = [Script(case="reasoning"), Script()]
+    client = await gemini_client(servers, fake)
+    question = types.Content(role="user", parts=[types.Part(text="Think first.")])
+    first = await client.aio.models.generate_content(model=MODEL, contents=[question])
+    assert first.candidates and first.candidates[0].content is not None
+    turn = first.candidates[0].content
+    assert any(p.thought and p.thought_signature for p in turn.parts or [])
+    await client.aio.models.generate_content(model=MODEL, contents=[
+        question, turn, types.Content(role="user", parts=[types.Part(text="And then?")])])
+    replayed = up.parse_request(fake.seen[-1].body)
+    sent = [r for m in replayed.messages for r in m.reasoning]
+    assert _opaque(sent) == _opaque(up.parse_response(up.samples.responses["reasoning"]).reasoning)
