@@ -45,8 +45,8 @@ class Mock:
         self.whole = {d: wire.whole_body(d, chunks) for d in wire.DIALECTS}
         self.frames = {d: wire.stream_frames(d, chunks) for d in wire.DIALECTS}
         self.routes: dict[str, tuple[str, bool | None]] = {}
-        for d, path in wire.MOCK_PATHS.items():
-            streamed = wire.stream_path(d, path)
+        for d, base in wire.MOCK_PATHS.items():
+            path, streamed = wire.whole_path(d, base), wire.stream_path(d, base)
             if streamed != path:  # the path alone decides
                 self.routes[streamed] = (d, True)
                 self.routes[path] = (d, False)

@@ -267,8 +267,7 @@ def target_for(spec: Spec, ports: Ports, text: str) -> driver.Target:
         base, path = (ports.lfl_paced if paced else ports.lfl), wire.MOCK_PATHS[spec.upstream]
     else:
         base, path = ports.gw, route_path(paced, spec.client, spec.upstream)
-    if stream:
-        path = wire.stream_path(spec.client, path)
+    path = wire.stream_path(spec.client, path) if stream else wire.whole_path(spec.client, path)
     return driver.Target(f"http://127.0.0.1:{base}{path}", spec.client, stream, text)
 
 

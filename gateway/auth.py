@@ -13,15 +13,16 @@ __all__ = ["accepted_key", "presented_key"]
 
 def presented_key(request: ClientRequest) -> str | None:
     """The key a client presented: ``Authorization: Bearer <key>``, ``api-key: <key>`` (Azure's
-    spelling) or ``x-api-key: <key>`` (Anthropic's)."""
-    for header in ("api-key", "x-api-key"):
+    spelling), ``x-api-key: <key>`` (Anthropic's), ``x-goog-api-key: <key>`` or a ``key`` query
+    parameter (Google's)."""
+    for header in ("api-key", "x-api-key", "x-goog-api-key"):
         given = request.headers.get(header)
         if given is not None:
             return given
     auth = request.headers.get("Authorization", "")
     if auth[:7].lower() == "bearer ":
         return auth[7:].strip()
-    return None
+    return request.query.get("key")
 
 
 def accepted_key(request: ClientRequest, keys: Sequence[str]) -> str | None:

@@ -285,11 +285,12 @@ class UpstreamConfig(_Model):
 
     @cached_property
     def has_own_credentials(self) -> bool:
-        """Credentials of its own: an ``Authorization``, ``api-key`` or ``x-api-key`` header,
+        """Credentials of its own: an ``Authorization``, ``api-key``, ``x-api-key`` or
+        ``x-goog-api-key`` header,
         or a ``user:password@`` in a URL (then the client's key is never passed on). Cached: a
         frozen config's answer never changes."""
         own = {k.lower() for k in self.headers}
-        return bool(own & {"authorization", "api-key", "x-api-key"}) or any(
+        return bool(own & {"authorization", "api-key", "x-api-key", "x-goog-api-key"}) or any(
             u is not None and "@" in u.split("/", 3)[2] for u in (self.url, self.stream_url))
 
     @cached_property

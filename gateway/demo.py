@@ -31,7 +31,7 @@ from gateway.canonical import (
     TextDelta,
     Usage,
 )
-from gateway.dialects import DIALECTS, Dialect, get
+from gateway.dialects import DIALECTS, Dialect, client_path, get, routes_by_prefix
 from gateway.dialects.base import text_of
 from gateway.errors import ParseError
 from gateway.framing import encoder_for
@@ -122,15 +122,15 @@ def curl_commands(config: Any, base: str) -> list[str]:
         body = dict(dialect.samples.requests.get("text") or {"messages": [
             {"role": "user", "content": "What does the gateway do?"}]})
         path, flags = route.path, ["-N"]
-        if dialect.stream_path:
-            path += dialect.stream_path
+        if dialect.stream_path or routes_by_prefix(dialect):  # the path asks for the stream
+            path = client_path(dialect, path, "demo-model", stream=True)
         elif dialect.stream_by_accept:
             flags += ["-H", "'Accept: text/event-stream'"]
         else:
             body["stream"] = True
         payload = shlex.quote(orjson.dumps(body).decode())
         out.append(f"# {route.dialect} client -> {route.upstreams[0].name}\n"
-                   f"curl {' '.join(flags)} -s {base}{path} "
+                   f"curl {' '.join(flags)} -s {shlex.quote(base + path)} "
                    f"-H 'Content-Type: application/json' -d {payload}")
     return out
 
@@ -207,8 +207,18 @@ def demo_backend_app(dialect_name: str) -> web.Application:
     async def either(request: web.Request) -> web.StreamResponse:
         return await answer(request, None)
 
+    async def targeted(request: web.Request) -> web.StreamResponse:
+        asked = dialect.read_target(  # type: ignore[attr-defined]
+            request.match_info["tail"], request.method, request.query)
+        if asked is None or asked.kind != "chat":
+            return web.json_response(dialect.render_error(ChatError(
+                404, f"the demo backend has no {request.path}")), status=404)
+        return await answer(request, asked.stream)
+
     app = web.Application()
-    if dialect.stream_path:
+    if routes_by_prefix(dialect):  # the model and the method follow the path
+        app.router.add_post(path.rstrip("/") + "/{tail:.+}", targeted)
+    elif dialect.stream_path:
         app.router.add_post(path, whole)
         app.router.add_post(path + dialect.stream_path, streamed)
     else:

@@ -12,8 +12,8 @@ from gateway.exchange.kept import stored_route_for
 from gateway.history.keys import HISTORY
 from gateway.keys import ENV, METRICS, RELOADER, RUNTIME
 from gateway.metrics import CONTENT_TYPE_LATEST
-from gateway.models_list import model_info_for, model_list_for
-from gateway.token_count import counter_for
+from gateway.models_list import model_info_for, model_list_for, route_model_list
+from gateway.token_count import Counter, counter_for
 
 __all__ = ["chat", "healthz", "json_error", "metrics", "readyz", "reload"]
 
@@ -28,6 +28,16 @@ def json_error(status: int, message: str, code: str) -> web.Response:
 async def chat(request: web.Request) -> web.StreamResponse:
     runtime = request.app[RUNTIME].current
     entry = runtime.route_for(request.path)
+    found = None if entry is not None else runtime.target_for(
+        request.path, request.method, request.query)
+    if found is not None:  # a dialect that reads its model and method in the path
+        entry, target = found
+        if target.kind == "models":
+            return route_model_list(runtime, entry).answer(request, runtime.config,
+                                                           request.app[ENV])
+        if target.kind == "count":
+            return await Counter(entry.config.path, entry).answer(request, runtime,
+                                                                  request.app[ENV])
     if entry is None:
         listing = model_list_for(runtime, request.path)
         if listing is not None:  # GET …/models beside routes whose clients list models

@@ -40,10 +40,10 @@ from gateway.exchange.client import request_id_of
 from gateway.exchange.outcome import Outcome, record
 from gateway.forwarding import client_address
 from gateway.pipeline import optional
-from gateway.runtime import Runtime, normalize_path
+from gateway.runtime import RouteEntry, Runtime, normalize_path
 
 __all__ = ["ModelInfoEndpoint", "ModelList", "info_path", "listing_path", "model_info_for",
-           "model_infos", "model_list_for", "model_lists"]
+           "model_infos", "model_list_for", "model_lists", "route_model_list"]
 
 _ALLOW = "GET, HEAD"
 
@@ -253,3 +253,11 @@ def model_info_for(runtime: Runtime, path: str) -> ModelInfoEndpoint | None:
     if infos is None:
         infos = _INFO_BY_RUNTIME[runtime] = model_infos(runtime.config)
     return infos.get(normalize_path(path))
+
+
+def route_model_list(runtime: Runtime, entry: RouteEntry) -> ModelList:
+    """The list of one route whose dialect serves it under the route's own prefix
+    (``GET {prefix}/models``): its upstreams' models, in its dialect's shape."""
+    names = tuple(dict.fromkeys(_models_of(runtime.config,
+                                           (u.name for u in entry.config.upstreams))))
+    return ModelList(entry.config.path, {None: ((entry.client.name,), names)})

@@ -55,11 +55,13 @@ from gateway.carry import (
 from gateway.dialects import Dialect, StreamDecoder, StreamEncoder
 from gateway.errors import ParseError
 from gateway.framing import (
+    Framing,
     Named,
     Payload,
     RawData,
     SniffingReader,
     Verbatim,
+    closing,
     encoder_for,
     named,
 )
@@ -449,6 +451,7 @@ class StreamTranslator:
         self, upstream: Dialect, client: Dialect, req: ChatRequest, *,
         max_size: int = DEFAULT_MAX_LINE, policy: Policies = "reject", scrub: Scrub | None = None,
         decoding: StreamDecoding | None = None, custom_tools: str = "native",
+        framing: Framing | None = None,
     ) -> None:
         same = upstream is client
         self._in = decoding if decoding is not None else StreamDecoding(
@@ -459,7 +462,9 @@ class StreamTranslator:
         self._follow: Callable[[Any], None] | None = optional(self._encoder, "follow")
         """An encoder that numbers or names what it writes (ids, sequence numbers) reads the
         upstream's own payloads instead of a replay, so that its error event continues them."""
-        self._frame: Callable[[Payload], bytes] = encoder_for(client.framing)
+        self._frame: Callable[[Payload], bytes] = encoder_for(framing or client.framing)
+        """``framing``: the one the client's request chose, when its dialect has two (Gemini's
+        JSON array without ``alt=sse``)."""
         self._gate = EventGate(client, policy) if EventGate.needed(upstream, client) else None
         self._tools = None if same else ToolRestorer.of(req, upstream, custom_tools)
         """The client's own names and shapes of tools the upstream's dialect has none for."""
@@ -538,6 +543,10 @@ class StreamTranslator:
         if self.done:
             return b""
         return self._events(self._in.abort(message, status))
+
+    def closing(self) -> bytes:
+        """What ends the client's stream after its last frame (a JSON array's ``]``), once."""
+        return closing(self._frame)
 
     def _translate(self, payloads: list[Any]) -> bytes:
         out: list[bytes] = []

@@ -8,14 +8,15 @@ carried over.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from gateway.balancer import UpstreamState
 from gateway.config import GatewayConfig, RouteConfig
-from gateway.dialects import Dialect, get
+from gateway.dialects import Dialect, Target, get, routes_by_prefix
 from gateway.dialects.stored import stored_responses_of
+from gateway.framing import Framing
 
 __all__ = ["RouteEntry", "Runtime", "normalize_path"]
 
@@ -32,6 +33,12 @@ class RouteEntry:
     responses_state: Literal["gateway", "upstream"] | None = None
     """Who keeps the answers of a client API that keeps them (``responses_state``, its
     default resolved); ``None``: the route's dialect keeps none."""
+    framing: Framing | None = None
+    """The framing the request target chose for a stream, when the client's dialect has two
+    (``None``: its dialect's own)."""
+    model: str | None = None
+    """The model the request target named (a dialect whose routes are prefixes), which wins
+    over the body's; ``None``: the body names it."""
 
 
 class Runtime:
@@ -42,6 +49,9 @@ class Runtime:
         carried over from a previous runtime keep theirs: the app has one clock)."""
         self.config = config
         self.routes: dict[str, RouteEntry] = {}
+        self.prefixes: dict[str, RouteEntry] = {}
+        """Routes whose dialect reads the rest of the path (:func:`routes_by_prefix`), by
+        prefix."""
         for route in config.routes:
             client = get(route.dialect)
             ctype = client.stream_content_type
@@ -50,6 +60,9 @@ class Runtime:
             paths = config.served_paths(route)
             options = route.options
             kept = _responses_state(config, route, client)
+            if routes_by_prefix(client):
+                self.prefixes[route.path] = RouteEntry(route, client, None, ctype, options, kept)
+                continue
             if len(paths) == 2:
                 self.routes[paths[0]] = RouteEntry(route, client, False, ctype, options, kept)
                 self.routes[paths[1]] = RouteEntry(route, client, True, ctype, options, kept)
@@ -69,6 +82,27 @@ class Runtime:
 
     def route_for(self, path: str) -> RouteEntry | None:
         return self.routes.get(normalize_path(path))
+
+    def target_for(self, path: str, method: str, query: Mapping[str, str],
+                   ) -> tuple[RouteEntry, Target] | None:
+        """The prefix route under which ``path`` lies and what its dialect reads of the rest
+        (the longest prefix that reads it); ``None`` when none does."""
+        if not self.prefixes:
+            return None
+        path = normalize_path(path)  # (a trailing slash, as the other routes allow)
+        for prefix in sorted(self.prefixes, key=len, reverse=True):
+            head = prefix.rstrip("/") + "/"
+            if not path.startswith(head):
+                continue
+            entry = self.prefixes[prefix]
+            target: Target | None = entry.client.read_target(  # type: ignore[attr-defined]
+                path[len(head):], method, query)
+            if target is not None:
+                if target.framing == "jsonarray":
+                    entry = replace(entry, framing="jsonarray",
+                                    stream_content_type="application/json")
+                return replace(entry, stream=target.stream, model=target.model), target
+        return None
 
     def down_routes(self) -> dict[str, list[str]]:
         """Routes with no upstream able to take traffic, with their upstreams."""

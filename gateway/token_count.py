@@ -33,7 +33,7 @@ from aiohttp import web
 from gateway.canonical import ChatError, ChatRequest
 from gateway.carry import Unsupported
 from gateway.config import UpstreamConfig
-from gateway.dialects import Dialect, TokenCount, get
+from gateway.dialects import Dialect, TokenCount, get, routes_by_prefix, upstream_url_of
 from gateway.errors import ParseError, UpstreamError
 from gateway.exchange import Env, error_response
 from gateway.exchange.client import Keep, Refused, read_chat_request, request_id_of
@@ -44,8 +44,8 @@ from gateway.pipeline import adapt_request, parse_body
 from gateway.runtime import RouteEntry, Runtime, normalize_path
 from gateway.upstream import start_call
 
-__all__ = ["CHARS_PER_TOKEN", "HEADER", "Counter", "count_url", "counter_for", "counters",
-           "estimate"]
+__all__ = ["CHARS_PER_TOKEN", "HEADER", "Counter", "count_url", "count_url_for", "counter_for",
+           "counters", "estimate"]
 
 HEADER = "X-Gateway-Token-Count"
 """Says where the count came from: ``upstream`` or ``estimate``."""
@@ -79,6 +79,16 @@ def count_url(url: str, suffix: str) -> str:
     (an Azure URL's ``?api-version=…``)."""
     base, sep, query = url.partition("?")
     return base.rstrip("/") + suffix + sep + query
+
+
+def count_url_for(dialect: Dialect, url: str, model: str | None) -> str:
+    """Where an upstream of ``dialect`` configured at ``url`` counts ``model``'s tokens: where
+    the dialect says (a model named in the path), else :func:`count_url` with its suffix."""
+    built = upstream_url_of(dialect, url, model, stream=False, count=True)
+    if built is not None:
+        return built
+    assert dialect.token_count is not None
+    return count_url(url, dialect.token_count.suffix)
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +156,7 @@ class Counter:
         headers = upstream_headers(request, runtime.config, up, target, False, request_id)
         try:
             call = await start_call(env.transport, up, body, headers, stream=False,
-                                    url=count_url(up.url, theirs.suffix))
+                                    url=count_url_for(target, up.url, req.model or up.model))
         except UpstreamError as e:
             env.log.warning("upstream_error", request_id=request_id, upstream=name,
                             kind=e.kind, error=up.scrubber(e.message))
@@ -189,8 +199,8 @@ def counters(runtime: Runtime) -> dict[str, Counter]:
     out: dict[str, Counter] = {}
     for path, entry in runtime.routes.items():
         count = entry.client.token_count
-        if count is None or entry.stream is True:
-            continue
+        if count is None or entry.stream is True or routes_by_prefix(entry.client):
+            continue  # (a prefix route's dialect names its count in the path: runtime.target_for)
         where = normalize_path(path) + count.suffix
         if where not in runtime.routes:
             out.setdefault(where, Counter(where, entry))

@@ -62,7 +62,14 @@ from gateway.canonical import (
     followups_of,
 )
 from gateway.config import parse_config
-from gateway.dialects import Dialect, get, names
+from gateway.dialects import (
+    Dialect,
+    client_path,
+    get,
+    names,
+    routes_by_prefix,
+    upstream_url_of,
+)
 from gateway.errors import ParseError
 from gateway.framing import SniffingReader, encoder_for
 from gateway.pipeline import ResponseAssembler
@@ -343,15 +350,14 @@ def client_request(dialect: str, path: str = "/c", *, stream: bool, state: Any =
     for as the dialect declares: its ``stream_path``, else ``Accept: text/event-stream`` where
     that alone asks, else the body's flag."""
     d = get(dialect)
-    by_path = stream and d.stream_path is not None
+    # (the path asks for the stream: a stream path, or a dialect that reads the method in it)
+    by_path = stream and (d.stream_path is not None or routes_by_prefix(d))
     by_accept = stream and not by_path and d.stream_by_accept
     req = ChatRequest(messages or [Message("user", text)], session_state=state, output=output)
     body = d.render_request(req, stream=stream and not by_path and not by_accept,
                             model="client-model", max_tokens=CLIENT_MAX_TOKENS)
     headers = {"Accept": "text/event-stream"} if by_accept else {}
-    if by_path:
-        assert d.stream_path is not None
-        path = path.rstrip("/") + d.stream_path
+    path = client_path(d, path, "client-model", stream=stream)
     return path, body, headers
 
 
@@ -473,10 +479,24 @@ class FakeUpstream:
     def name(self) -> str:
         return self.dialect.name
 
-    def path_for(self, stream: bool) -> str:
-        """The path the gateway posts to for a whole or streamed answer."""
+    def path_for(self, stream: bool, model: str | None = None) -> str:
+        """The path the gateway posts to for a whole or streamed answer (of ``model``, for a
+        dialect that names it in the path)."""
+        built = upstream_url_of(self.dialect, "/chat", model, stream=stream)
+        if built is not None:
+            return built.split("?", 1)[0]
         suffix = self.dialect.stream_path
         return "/chat" + suffix if stream and suffix else "/chat"
+
+    def is_path_for(self, path: str, stream: bool) -> bool:
+        """Whether the gateway posted to ``path`` for a whole or streamed answer (of any model,
+        for a dialect that names it in the path)."""
+        if routes_by_prefix(self.dialect):
+            target = self.dialect.read_target(  # type: ignore[attr-defined]
+                path.removeprefix("/chat/"), "POST", {})
+            return path.startswith("/chat/") and target is not None \
+                and target.kind == "chat" and target.stream is stream
+        return path == self.path_for(stream)
 
     @property
     def error_text(self) -> str:
@@ -492,6 +512,8 @@ class FakeUpstream:
     async def start(self) -> FakeUpstream:
         app = web.Application()
         app.router.add_post("/chat", self._chat)
+        if routes_by_prefix(self.dialect):  # the model and method follow the base URL
+            app.router.add_post("/chat/{tail:.+}", self._chat)
         if self.dialect.stream_path:
             app.router.add_post(self.path_for(True), self._chat)
         app.router.add_get("/health", self._health)
@@ -519,6 +541,10 @@ class FakeUpstream:
         by the request's own flag or (where that alone asks) the Accept header."""
         if self.dialect.stream_path:
             return request.path == self.path_for(True)
+        if routes_by_prefix(self.dialect):
+            target = self.dialect.read_target(  # type: ignore[attr-defined]
+                request.path.removeprefix("/chat/"), request.method, request.query)
+            return target is not None and target.stream is True
         if self.dialect.stream_by_accept and "text/event-stream" in request.headers.get(
                 "Accept", ""):
             return True

@@ -58,7 +58,7 @@ async def _mock(lean: bool, delay: float = 0.0) -> AsyncIterator[int]:
 async def _ask(port: int, dialect: str, stream: bool) -> h1load.Answer:
     body, headers = wire.request(dialect, stream)
     path = wire.stream_path(dialect, wire.MOCK_PATHS[dialect]) if stream else \
-        wire.MOCK_PATHS[dialect]
+        wire.whole_path(dialect, wire.MOCK_PATHS[dialect])
     conn = await h1load.H1Connection.open("127.0.0.1", port)
     try:
         async with asyncio.timeout(5):
@@ -90,7 +90,7 @@ async def test_the_driver_counts_checked_answers_with_either_client(client: str,
     dialect = next(iter(wire.DIALECTS))
     async with _mock(lean=True, delay=0.001 if stream else 0.0) as port:
         path = wire.stream_path(dialect, wire.MOCK_PATHS[dialect]) if stream else \
-            wire.MOCK_PATHS[dialect]
+            wire.whole_path(dialect, wire.MOCK_PATHS[dialect])
         target = driver.Target(f"http://127.0.0.1:{port}{path}", dialect, stream,
                                wire.answer_text(CHUNKS))
         result = await driver.run_load(target, concurrency=3, warmup=0.1, duration=0.3,

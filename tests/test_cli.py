@@ -43,7 +43,7 @@ from gateway.demo import (
     is_page_route,
     page_dialects,
 )
-from gateway.dialects import get, names
+from gateway.dialects import client_path, get, names, routes_by_prefix
 from gateway.errors import ConfigError
 from gateway.route_paths import distinct_paths
 
@@ -423,7 +423,8 @@ async def test_demo_backend_answers_whole_and_streamed(aiohttp_client: Any, fast
     assert sview.text == view.text and sview.error is None
     if caps.usage_stream:
         assert sview.usage == (12, 30)
-    bad = await client.post(get(dialect).default_path, data=b"nope")
+    bad = await client.post(client_path(get(dialect), get(dialect).default_path, "m",
+                                        stream=False), data=b"nope")
     assert bad.status == 400
     assert reader_for(dialect).read_error(await bad.json())
 
@@ -505,7 +506,8 @@ async def test_curl_commands_cover_every_demo_route_and_work(aiohttp_client: Any
     for route, command in zip(routes, commands, strict=True):
         d = get(route.dialect)
         url, headers, data = _parse_curl(command)
-        assert url == f"http://127.0.0.1:8080{route.path}{d.stream_path or ''}"
+        assert url == "http://127.0.0.1:8080" + client_path(d, route.path, "demo-model",
+                                                            stream=True)
         assert command.splitlines()[0] == f"# {route.dialect} client -> {route.upstreams[0].name}"
         assert headers["Content-Type"] == "application/json"
         reader = reader_for(d)
@@ -514,7 +516,8 @@ async def test_curl_commands_cover_every_demo_route_and_work(aiohttp_client: Any
         assert asked.messages == sample.messages  # the dialect's own sample request
         by_accept = not d.stream_path and d.stream_by_accept
         assert (headers.get("Accept") == "text/event-stream") is by_accept
-        assert bool(asked.stream) is (not d.stream_path and not d.stream_by_accept)
+        by_path = d.stream_path is not None or routes_by_prefix(d)
+        assert bool(asked.stream) is (not by_path and not d.stream_by_accept)
     # point the demo config at demo backends on free ports, then run every command
     backends = {name: await aiohttp_client(demo_backend_app(name)) for name in names()}
     data = demo_config()

@@ -17,13 +17,11 @@ PAIRS = [(cl, up) for cl in REASONING for up in REASONING]
 IDS = [f"{cl.name}->{up.name}" for cl, up in PAIRS]
 
 SHARED = ("low", "medium", "high", "xhigh", "max")
-"""The efforts from ``low`` up, which most reasoning dialects have (Ollama's ``think`` has no
-``xhigh``)."""
-NEIGHBOURS = {"xhigh": ("high", "max")}
-"""Where an upstream lacks an effort from ``low`` up, one of these arrives."""
+"""The efforts most reasoning dialects have (one may lack some: :func:`_says`)."""
 BELOW = ("none", "minimal")
 """The efforts below ``low`` that some dialects lack: there the nearest, ``low``, arrives."""
 LOWEST = ("none", "minimal", "low")
+ORDER = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
 
 
 def client_body(cl: Dialect, effort: str) -> object:
@@ -48,23 +46,32 @@ def _says(cl: Dialect, effort: str) -> bool:
     return said is not None and said.effort == effort
 
 
-SHARED_CASES = [(cl, up, e) for cl, up in PAIRS for e in SHARED if _says(cl, e) and _says(up, e)]
-LACKING_CASES = [(cl, up, e) for cl, up in PAIRS for e in SHARED
-                 if _says(cl, e) and not _says(up, e)]
+BOTH = [(cl, up, e) for cl, up in PAIRS for e in SHARED if _says(cl, e) and _says(up, e)]
+ONE = [(cl, up, e) for cl, up in PAIRS for e in SHARED if _says(cl, e) and not _says(up, e)]
+"""The pairs whose upstream lacks an effort of ``SHARED`` its client can ask for."""
 
 
-@pytest.mark.parametrize(("cl", "up", "effort"), SHARED_CASES,
-                         ids=[f"{c.name}->{u.name}-{e}" for c, u, e in SHARED_CASES])
+@pytest.mark.parametrize(("cl", "up", "effort"), BOTH,
+                         ids=[f"{c.name}->{u.name}-{e}" for c, u, e in BOTH])
 def test_an_effort_both_sides_have_arrives_unchanged(cl: Dialect, up: Dialect,
                                                       effort: str) -> None:
     assert upstream_effort(cl, up, effort) == effort
 
 
-@pytest.mark.parametrize(("cl", "up", "effort"), LACKING_CASES,
-                         ids=[f"{c.name}->{u.name}-{e}" for c, u, e in LACKING_CASES])
-def test_an_effort_the_upstream_lacks_arrives_as_a_neighbour(cl: Dialect, up: Dialect,
+@pytest.mark.parametrize(("cl", "up", "effort"), ONE,
+                         ids=[f"{c.name}->{u.name}-{e}" for c, u, e in ONE])
+def test_an_effort_the_upstream_lacks_arrives_as_the_nearest(cl: Dialect, up: Dialect,
                                                               effort: str) -> None:
-    assert upstream_effort(cl, up, effort) in NEIGHBOURS[effort]
+    got = upstream_effort(cl, up, effort)
+    assert got is not None and _says(up, got), got
+    nearest = min((e for e in ORDER if _says(up, e)),
+                  key=lambda e: abs(ORDER.index(e) - ORDER.index(effort)))
+    assert abs(ORDER.index(got) - ORDER.index(effort)) == \
+        abs(ORDER.index(nearest) - ORDER.index(effort)), (got, nearest)
+
+
+def test_most_pairs_have_every_shared_effort() -> None:
+    assert len(BOTH) > len(ONE), "the shared efforts are no longer shared"
 
 
 BELOW_CASES = [(cl, up, e) for cl, up in PAIRS for e in BELOW if _says(cl, e)]

@@ -19,7 +19,7 @@ from aiohttp.test_utils import TestClient
 import gateway.exchange
 from gateway.app import create_app
 from gateway.config import parse_config
-from gateway.dialects import DIALECTS, Dialect
+from gateway.dialects import DIALECTS, Dialect, client_path, routes_by_prefix
 from gateway.errors import UpstreamError
 from gateway.exchange.outcome import Outcome
 from gateway.upstream import MemoryResponse, MemoryTransport, UpstreamRequest
@@ -39,8 +39,8 @@ def stream_request(d: Dialect, path: str, stream: bool) -> tuple[str, dict[str, 
     """How a client of ``d`` asks for a stream (or not), from the dialect's declarations."""
     body = sample_body(d)
     headers: dict[str, str] = {}
-    if d.stream_path:
-        return (path + d.stream_path if stream else path), body, headers
+    if d.stream_path or routes_by_prefix(d):  # the path alone asks
+        return client_path(d, path, "m", stream=stream), body, headers
     body["stream"] = stream
     if stream and d.stream_by_accept:
         headers["Accept"] = "text/event-stream"

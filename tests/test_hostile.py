@@ -31,7 +31,7 @@ from faults.upstream import TEXT, FaultUpstream, repeats_text
 
 from gateway.app import create_app
 from gateway.canonical import ChatRequest, Message
-from gateway.dialects import get, names
+from gateway.dialects import client_path, get, names, routes_by_prefix
 from gateway.log import configure_logging
 
 MAX_BODY = 512 * 1024
@@ -175,7 +175,7 @@ async def test_stream_yes(gw: Gateway) -> None:
     status, _, raw = await gw.post({**client_request(gw.dialect, False)[1], "stream": "yes"})
     asked = [get(gw.dialect).render_request(ChatRequest([Message("user", "hi")]), stream=s,
                                             model="m") for s in (True, False)]
-    if all("stream" not in a for a in asked):
+    if routes_by_prefix(get(gw.dialect)) or all("stream" not in a for a in asked):
         assert status == 200, raw
     else:
         assert status == 400, raw
@@ -224,7 +224,7 @@ async def test_content_type_is_not_required(gw: Gateway) -> None:
 
 
 async def test_wrong_method_and_unknown_path(gw: Gateway) -> None:
-    async with gw.client.get("/chat") as resp:
+    async with gw.client.get(_whole(gw.dialect)) as resp:
         assert resp.status == 405
         assert resp.headers["Allow"] == "POST, OPTIONS"
         assert _error_message(gw.dialect, await resp.read())
@@ -242,6 +242,11 @@ def _head(path: str, extra: str = "", length: int | None = None) -> bytes:
         lines.append(f"Content-Length: {length}")
     head = "\r\n".join(lines) + "\r\n" + extra
     return (head + "\r\n").encode()
+
+
+def _whole(dialect: str) -> str:
+    """Where a client of ``dialect`` posts a whole request to the route ``/chat``."""
+    return client_path(get(dialect), "/chat", "m", stream=False)
 
 
 def _ask(dialect: str, stream: bool, path: str) -> tuple[bytes, bytes]:
@@ -277,7 +282,7 @@ async def test_an_oversized_body_sent_slowly_is_413_before_it_all_arrived(gw: Ga
     """Chunked, no Content-Length, 32 KiB every 10 ms towards 16 MiB: the 413 comes once the
     limit (512 KiB) is passed, while the client is still sending."""
     reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
-    writer.write(_head("/chat", "Transfer-Encoding: chunked\r\n"))
+    writer.write(_head(_whole(gw.dialect), "Transfer-Encoding: chunked\r\n"))
     sent = 0
     answer = asyncio.ensure_future(_read_status(reader, 5.0))
     piece = b"x" * 32768
@@ -301,7 +306,7 @@ async def test_an_oversized_body_sent_slowly_is_413_before_it_all_arrived(gw: Ga
 
 async def test_a_declared_oversized_body_is_413_without_reading_it(gw: Gateway) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
-    writer.write(_head("/chat", length=100 * MAX_BODY) + b"{")
+    writer.write(_head(_whole(gw.dialect), length=100 * MAX_BODY) + b"{")
     await writer.drain()
     status, _ = await _read_status(reader)
     assert status == 413

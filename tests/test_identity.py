@@ -16,7 +16,7 @@ from aiohttp.test_utils import TestClient
 from gateway.app import create_app
 from gateway.canonical import ChatRequest, Message, StreamError, StreamEvent, StreamFinish
 from gateway.config import parse_config
-from gateway.dialects import DIALECTS, Dialect
+from gateway.dialects import DIALECTS, Dialect, client_path
 from gateway.framing import SniffingReader
 from gateway.pipeline import StreamTranslator
 from gateway.upstream import MemoryResponse, MemoryTransport, UpstreamRequest
@@ -149,7 +149,7 @@ async def test_a_whole_answer_is_passed_on_as_it_came(d: Dialect) -> None:
         req = d.render_request(ChatRequest(messages=[Message("user", "hi")]), stream=False,
                                model="m")
         assert not d.parse_request(req).hints.get("session_key")
-        resp = await client.post("/c", json=req)
+        resp = await client.post(client_path(d, "/c", "m", stream=False), json=req)
         assert resp.status == 200
         assert await resp.read() == body
 

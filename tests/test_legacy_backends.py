@@ -121,7 +121,7 @@ async def test_whole_answer_from_an_always_streaming_upstream(
     check_carried(view, client, upstream, streamed=False, up_streamed=True)
     [seen] = fake.seen
     assert seen.stream
-    assert seen.path == fake.path_for(True)
+    assert fake.is_path_for(seen.path, True)
 
 
 @pytest.mark.parametrize(("client", "upstream"), PAIRS, ids=PAIR_IDS)
@@ -140,7 +140,7 @@ async def test_stream_from_a_never_streaming_upstream(
     view = read_answer(client, resp.headers["Content-Type"], raw)
     check_carried(view, client, upstream, streamed=True, up_streamed=False)
     [seen] = fake.seen
-    assert not seen.stream and seen.path == "/chat"
+    assert not seen.stream and fake.is_path_for(seen.path, False)
     frames = split_frames(get(client), raw)
     assert len(frames) > 1 and not frames[0].text
     assert any(f.text for f in frames[1:])

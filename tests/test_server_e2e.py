@@ -41,7 +41,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gateway import exchange
 from gateway.app import create_app
 from gateway.config import parse_config
-from gateway.dialects import get, names
+from gateway.dialects import client_path, get, names
 from gateway.log import configure_logging
 
 PAIRS = pairs()
@@ -55,6 +55,14 @@ async def gateway(aiohttp_client: Any, cfg: dict[str, Any],
     client: TestClient[Any, Any] = await aiohttp_client(
         app, server_kwargs={"handler_cancellation": True})
     return client
+
+
+_JSON = {"Content-Type": "application/json"}
+
+
+def _whole_path(client: str) -> str:
+    """Where a client of ``client``'s dialect posts a whole request to the route ``/c``."""
+    return client_path(get(client), "/c", "m", stream=False)
 
 
 def one_route(client: str, upstream: dict[str, Any], path: str = "/c",
@@ -132,7 +140,7 @@ async def test_every_pair(aiohttp_client: Any, fakes: Fakes, client: str, upstre
     # the upstream was asked in its own dialect, streamed exactly when the client streams
     [up] = fake.seen
     assert up.stream is up_stream
-    assert up.path == fake.path_for(up_stream)
+    assert fake.is_path_for(up.path, up_stream)
     assert reader_for(upstream).read_request(up.body).messages[-1].text == QUESTION
 
 
@@ -173,7 +181,8 @@ async def test_route_paths_with_and_without_trailing_slash(aiohttp_client: Any, 
                                                      path=configured))
         for stream in (False, True):
             path, body, headers = client_request(client, "/chat", stream=stream)
-            for sent in (path, path + "/"):
+            at, query, rest = path.partition("?")  # (the slash before any query)
+            for sent in (path, at + "/" + query + rest):
                 resp = await gw.post(sent, json=body, headers=headers)
                 assert resp.status == 200, sent
                 if stream:
@@ -244,7 +253,8 @@ async def test_request_id_taken_or_generated(aiohttp_client: Any, fakes: Fakes,
     await streamed.read()
     assert streamed.headers["X-Request-ID"] == "req-stream-1"
     assert fake.seen[2].headers["X-Request-ID"] == "req-stream-1"
-    error = await gw.post("/c", data=b"not json", headers={"X-Request-ID": "req-bad-1"})
+    error = await gw.post(_whole_path(client), data=b"not json",
+                          headers={"X-Request-ID": "req-bad-1"})
     assert error.status == 400 and error.headers["X-Request-ID"] == "req-bad-1"
 
 
@@ -306,7 +316,7 @@ async def test_healthz_metrics_unknown_path_and_method(aiohttp_client: Any,
     assert "/nowhere" in (await unknown.json())["error"]["message"]
     for client in names():
         gw2 = await gateway(aiohttp_client, one_route(client, upstream_config(fake)))
-        wrong = await gw2.get("/c")
+        wrong = await gw2.get(_whole_path(client))
         assert wrong.status == 405
         assert wrong.headers["Content-Type"].startswith("application/json")
         assert "POST" in wrong.headers["Allow"]
@@ -374,7 +384,7 @@ async def test_body_over_limit_is_413(aiohttp_client: Any, fakes: Fakes, client:
     cfg["server"] = {"max_body_bytes": 1000}
     gw = await gateway(aiohttp_client, cfg)
     big = orjson.dumps(client_request(client, stream=False, text="x" * 5000)[1])
-    resp = await gw.post("/c", data=big, headers={"Content-Type": "application/json"})
+    resp = await gw.post(_whole_path(client), data=big, headers=_JSON)
     assert resp.status == 413
     assert "1000" in error_message(client, await resp.json())
 
@@ -382,7 +392,7 @@ async def test_body_over_limit_is_413(aiohttp_client: Any, fakes: Fakes, client:
         for i in range(0, len(big), 500):
             yield big[i:i + 500]
 
-    resp = await gw.post("/c", data=chunked(), headers={"Content-Type": "application/json"})
+    resp = await gw.post(_whole_path(client), data=chunked(), headers=_JSON)
     assert resp.status == 413
     error_message(client, await resp.json())
     ok = await ask(gw, client, stream=False)
@@ -395,11 +405,11 @@ async def test_request_errors_are_400_in_client_dialect(aiohttp_client: Any, fak
                                                         client: str) -> None:
     fake = await fakes.start(other(client))
     gw = await gateway(aiohttp_client, one_route(client, upstream_config(fake)))
-    bad = await gw.post("/c", data=b"{not json", headers={"Content-Type": "application/json"})
+    bad = await gw.post(_whole_path(client), data=b"{not json", headers=_JSON)
     assert bad.status == 400
     assert bad.headers["Content-Type"].startswith("application/json")
     assert "JSON" in error_message(client, await bad.json())
-    missing = await gw.post("/c", json={"stream": False})
+    missing = await gw.post(_whole_path(client), json={"stream": False})
     assert missing.status == 400
     # the message names what is missing: a key every request of the dialect has
     _, good, _ = client_request(client, stream=False)
@@ -724,7 +734,7 @@ async def test_large_chunked_body_over_limit_is_413(aiohttp_client: Any, fakes: 
             yield b"x" * 16384
         yield b'"}]}'
 
-    resp = await gw.post("/c", data=chunked(), headers={"Content-Type": "application/json"})
+    resp = await gw.post(_whole_path(client), data=chunked(), headers=_JSON)
     assert resp.status == 413
     error_message(client, await resp.json())
     assert fake.seen == []

@@ -17,8 +17,9 @@ from gateway.app import create_app
 from gateway.canonical import ChatError, ChatRequest, Message, ToolDef
 from gateway.config import parse_config
 from gateway.dialects import DIALECTS, Dialect
+from gateway.dialects import count_path as dialect_count_path
 from gateway.errors import UpstreamError
-from gateway.token_count import CHARS_PER_TOKEN, HEADER, count_url, estimate
+from gateway.token_count import CHARS_PER_TOKEN, HEADER, count_url, count_url_for, estimate
 from gateway.upstream import MemoryResponse, MemoryTransport, UpstreamRequest
 
 COUNTING = [d for d in DIALECTS.values() if d.token_count is not None]
@@ -35,8 +36,9 @@ def test_the_registry_has_dialects_that_count_and_some_that_do_not() -> None:
 
 
 def count_path(d: Dialect, route: str) -> str:
-    assert d.token_count is not None
-    return route + d.token_count.suffix
+    where = dialect_count_path(d, route, "m")
+    assert where is not None
+    return where
 
 
 def count_body(d: Dialect) -> bytes:
@@ -80,7 +82,9 @@ async def test_a_count_in_the_clients_shape_from_the_upstream_or_an_estimate(
         assert resp.headers[HEADER] == "upstream"
         assert body == c.token_count.render(1234)
         (sent,) = transport.requests
-        assert sent.url == count_url(UP_URL, theirs.suffix)
+        # (the model the client named, in its body or its path, else the upstream's)
+        asked = c.parse_request(orjson.loads(count_body(c))).model
+        assert sent.url in {count_url_for(u, UP_URL, m) for m in (asked, "m", "up-model")}
         assert set(orjson.loads(sent.body)) <= theirs.request_keys
     else:
         assert resp.headers[HEADER] == "estimate"

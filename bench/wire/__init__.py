@@ -22,7 +22,7 @@ import orjson
 __all__ = ["ALIASES", "DIALECTS", "MOCK_PATHS", "STREAM_CONTENT_TYPE", "WORD", "MissingWire",
            "WireDialect", "WireError", "answer_text", "default_pairs", "module_of", "refusal",
            "request", "short", "stream_frames", "stream_path", "stream_text", "upstream_extra",
-           "wants_stream", "whole_body", "whole_text"]
+           "wants_stream", "whole_body", "whole_path", "whole_text"]
 
 WORD = "tok "
 CREATED = 1_700_000_000
@@ -185,9 +185,24 @@ def answer_text(chunks: int) -> str:
 
 
 def stream_path(dialect: str, path: str) -> str:
-    """The path a client POSTs a streamed request to."""
+    """The path a client POSTs a streamed request to (a module whose model and method are in
+    the path says it with ``path_for(path, stream)``)."""
+    path_for = getattr(_BY_SHORT[dialect], "path_for", None)
+    if path_for is not None:
+        built: str = path_for(path, True)
+        return built
     suffix = _BY_SHORT[dialect].STREAM_SUFFIX
     return path.rstrip("/") + suffix if suffix else path
+
+
+def whole_path(dialect: str, path: str) -> str:
+    """The path a client POSTs a whole request to: ``path``, unless the module's ``path_for``
+    builds another."""
+    path_for = getattr(_BY_SHORT[dialect], "path_for", None)
+    if path_for is not None:
+        built: str = path_for(path, False)
+        return built
+    return path
 
 
 def upstream_extra(dialect: str) -> dict[str, Any]:

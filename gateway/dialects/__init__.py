@@ -19,17 +19,24 @@ from gateway.dialects.base import (
     Dialect,
     StreamDecoder,
     StreamEncoder,
+    Target,
     TokenCount,
+    client_path,
+    count_path,
+    routes_by_prefix,
+    upstream_url_of,
 )
 from gateway.dialects.chatui import ChatUIDialect
+from gateway.dialects.gemini import GeminiDialect
 from gateway.dialects.ollama import OllamaDialect
 from gateway.dialects.openai import OpenAIDialect
 from gateway.dialects.openai_responses import OpenAIResponsesDialect
 from gateway.dialects.protocol_2024_01_28 import Protocol20240128
 from gateway.dialects.protocol_2024_05_29 import Protocol20240529
 
-__all__ = ["DIALECTS", "Capabilities", "Dialect", "StreamDecoder", "StreamEncoder", "TokenCount",
-           "get", "names", "register"]
+__all__ = ["DIALECTS", "Capabilities", "Dialect", "StreamDecoder", "StreamEncoder", "Target",
+           "TokenCount", "client_path", "count_path", "get", "names", "register",
+           "routes_by_prefix", "upstream_url_of"]
 
 _BUILTIN: tuple[Dialect, ...] = (
     Protocol20240128(),
@@ -38,6 +45,7 @@ _BUILTIN: tuple[Dialect, ...] = (
     OpenAIDialect(),
     AnthropicDialect(),
     OpenAIResponsesDialect(),
+    GeminiDialect(),
     OllamaDialect(),
     AISDKUIDialect(),
     AgUiDialect(),

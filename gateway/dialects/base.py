@@ -50,6 +50,7 @@ __all__ = [
     "SessionKind",
     "StreamDecoder",
     "StreamEncoder",
+    "Target",
     "TokenCount",
     "answer_context",
     "error_code_for",
@@ -192,6 +193,23 @@ class ModelInfo:
     """Written beside :attr:`Dialect.default_path` (``/api/show`` beside ``/api/chat``)."""
     keys: tuple[str, ...] = ("model",)
     """The body's fields that may name the model, the first present wins."""
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What a request target asks of a dialect that reads its requests' targets
+    (``routes_by_prefix``: the model and the method follow the route's path, as in Gemini's
+    ``{prefix}/models/{model}:streamGenerateContent``)."""
+
+    kind: Literal["chat", "count", "models"]
+    """``chat``: a chat request; ``count``: its token count; ``models``: the model list."""
+    model: str | None = None
+    """The model the target names (it wins over one in the body)."""
+    stream: bool | None = None
+    """Whether the target asks for a stream (``None``: the body or a header decides)."""
+    framing: Framing | None = None
+    """The stream's framing, when the target chooses another than the dialect's own
+    (Gemini's JSON array, asked for without ``alt=sse``)."""
 
 
 FIELDS: tuple[str, ...] = tuple(f for f in Capabilities.__dataclass_fields__
@@ -366,6 +384,19 @@ class Dialect(Protocol):
     # Optional: ``streams_only: bool``. The dialect has no whole answer (an AG-UI agent only
     # answers with its event stream): an upstream of it whose ``streaming`` is ``auto`` is asked
     # for a stream for whole answers too, and the client gets the whole answer assembled.
+    # Optional: ``routes_by_prefix: bool``. True: a route's ``path`` is a prefix, and what follows
+    # it says the model and the method (Gemini's ``{prefix}/models/{model}:generateContent``).
+    # Such a dialect defines ``read_target(rest, method, query) -> Target | None`` (``rest``: the
+    # request path after the prefix and its slash; ``None``: nothing it serves, a 404) and
+    # ``client_target(prefix, model, *, stream) -> str`` (where its clients post to a route at
+    # ``prefix``, for the demo and the tests; ``count=True``: where they count tokens). See
+    # :func:`client_path` and :func:`count_path`.
+    #
+    # Optional: ``upstream_url(url, model, *, stream, count=False) -> str``, where an upstream
+    # of this dialect configured at ``url`` is asked for ``model`` (a chat answer, whole or
+    # streamed, or a token count). Without it: ``url`` (``stream_url``, or ``url`` with the
+    # ``stream_path``, for a stream; the token count's suffix for a count). See
+    # :func:`upstream_url_of`.
 
     @property
     def stream_path(self) -> str | None:
@@ -464,3 +495,44 @@ def _packaged_samples(name: str) -> Samples:
     """Loaded once per dialect name, cached by the function rather than the instance: every
     instance of a dialect (a plugin's subclass too) shares the samples its package ships."""
     return load_samples(name)
+
+
+def routes_by_prefix(dialect: Dialect) -> bool:
+    """Whether ``dialect``'s routes are prefixes whose requests name the model and method in
+    the path after them."""
+    return getattr(dialect, "routes_by_prefix", False) is True
+
+
+def client_path(dialect: Dialect, path: str, model: str | None, *, stream: bool) -> str:
+    """Where a client of ``dialect`` posts to the route at ``path``: the route's path (with its
+    ``stream_path`` for a stream, where it has one), or the target the dialect builds on it."""
+    build = getattr(dialect, "client_target", None)
+    if build is not None:
+        target: str = build(path, model, stream=stream)
+        return target
+    if stream and dialect.stream_path:
+        return path.rstrip("/") + dialect.stream_path
+    return path
+
+
+def count_path(dialect: Dialect, path: str, model: str | None) -> str | None:
+    """Where a client of ``dialect`` counts tokens for the route at ``path`` (``None``: its
+    dialect has no count endpoint)."""
+    if dialect.token_count is None:
+        return None
+    build = getattr(dialect, "client_target", None)
+    if build is not None:
+        target: str = build(path, model, stream=False, count=True)
+        return target
+    return path.rstrip("/") + dialect.token_count.suffix
+
+
+def upstream_url_of(dialect: Dialect, url: str, model: str | None, *, stream: bool,
+                    count: bool = False) -> str | None:
+    """Where an upstream of ``dialect`` configured at ``url`` is asked for ``model``, when the
+    dialect builds its upstream URLs; ``None``: it does not (the caller's default applies)."""
+    build = getattr(dialect, "upstream_url", None)
+    if build is None:
+        return None
+    built: str = build(url, model, stream=stream, count=count)
+    return built

@@ -24,7 +24,7 @@ from gateway.dialects import Dialect
 from gateway.errors import ParseError, UpstreamError
 from gateway.exchange.attempts import Answered, ClientGone
 from gateway.exchange.sink import ResponseSink
-from gateway.framing import encoder_for
+from gateway.framing import closing, encoder_for
 from gateway.pipeline import (
     StreamTranslator,
     adapt_response,
@@ -277,9 +277,16 @@ class Answerer:
 
     async def _stream(self, req: ChatRequest, call: UpstreamCall,
                       dialect: Dialect) -> Answered:
-        tr = stream_translator(dialect, self.client, req, max_size=call.config.max_line_bytes,
-                               policy=self.policy, scrub=call.config.scrubber,
-                               accelerate=self.accelerate, custom_tools=call.config.custom_tools)
+        framing = self.entry.framing
+        if framing is None:
+            tr = stream_translator(dialect, self.client, req,
+                                   max_size=call.config.max_line_bytes, policy=self.policy,
+                                   scrub=call.config.scrubber, accelerate=self.accelerate,
+                                   custom_tools=call.config.custom_tools)
+        else:  # a framing the request chose: the plain path (the fast ones write the dialect's)
+            tr = StreamTranslator(dialect, self.client, req, max_size=call.config.max_line_bytes,
+                                  policy=self.policy, scrub=call.config.scrubber,
+                                  custom_tools=call.config.custom_tools, framing=framing)
         resp: ResponseSink | None = None
         fault = "ok"
         got_data = False
@@ -324,6 +331,7 @@ class Answerer:
         self.progress.answered(tr.model, tr.finish_reason)
         if tr.error is not None:
             self.progress.error = tr.error.message
+        out += tr.closing()
         await self._finish(resp, out)
         if out:
             self._progressed(tr)
@@ -340,7 +348,8 @@ class Answerer:
         """A stream for a client of an upstream that never streams, from its whole answer."""
         try:
             whole, lost = adapt_response(whole, self.client, self.policy)
-            encoder, frame = self.client.encoder(req), encoder_for(self.client.framing)
+            encoder = self.client.encoder(req)
+            frame = encoder_for(self.entry.framing or self.client.framing)
             # all encoded before the 200 goes out, so that a failure can still be an HTTP error
             frames = [[frame(p) for p in encoder.encode(e)] for e in events_from_response(whole)]
         except Unsupported as e:
@@ -358,7 +367,7 @@ class Answerer:
                 self.progress.chunks += 1
             if self.progress.first_content is None and self.progress.chunks > 1:
                 self.progress.first_content = time.perf_counter()
-        await self._finish(resp)
+        await self._finish(resp, closing(frame))
         return Answered("ok")
 
 

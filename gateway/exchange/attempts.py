@@ -18,7 +18,7 @@ from gateway.balancer import Balancer, NoCapacity, UpstreamState
 from gateway.canonical import ChatError, ChatRequest
 from gateway.carry import Unsupported
 from gateway.config import HealthConfig, RouteConfig, UpstreamConfig
-from gateway.dialects import Dialect, get
+from gateway.dialects import Dialect, get, upstream_url_of
 from gateway.errors import ParseError, UpstreamError
 from gateway.exchange.outcome import NONE, Attempt
 from gateway.pipeline import adapt_request, parse_body
@@ -171,8 +171,10 @@ async def _call(ctx: AttemptContext, req: ChatRequest, state: UpstreamState, dia
             headers = ctx.headers(state, dialect, up_stream)
             if trace is not None:  # its span is the upstream's parent: in the headers it gets
                 trace.attempt(state, dialect, req, headers)
-            call = await start_call(ctx.transport, state.config, body, headers,
-                                    stream=up_stream)
+            up = state.config
+            url = upstream_url_of(dialect, up.url, req.model or up.model, stream=up_stream)
+            call = await start_call(ctx.transport, up, body, headers, stream=up_stream,
+                                    url=url)
         except UpstreamError as e:
             return _upstream_failed(ctx, state, e, log)
         except (asyncio.CancelledError, ClientGone):

@@ -77,6 +77,8 @@ async def read_chat_request(request: ClientRequest, entry: RouteEntry, config: G
         raise Refused(r.error) from None
     if resolved is not None:
         resolved.marked(req)
+    if entry.model is not None:
+        req.model = entry.model
     req.stream = _wants_stream(request, entry, req)
     req.options = entry.options
     if req.session_state is None and entry.config.mint_session_state:

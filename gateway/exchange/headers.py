@@ -12,7 +12,8 @@ from gateway.incoming import ClientRequest
 __all__ = ["passed_headers", "upstream_headers"]
 
 _JSON = "application/json"
-_CLIENT_KEY = ("Authorization", "x-api-key", "OpenAI-Organization", "OpenAI-Project")
+_CLIENT_KEY = ("Authorization", "x-api-key", "x-goog-api-key", "OpenAI-Organization",
+               "OpenAI-Project")
 """The client's key, and what belongs with it: an OpenAI organization or project goes only
 beside the client's own key, never beside the upstream's (OpenAI refuses a key of another
 organization); a backend that does not know these headers ignores them."""
@@ -31,6 +32,11 @@ def upstream_headers(request: ClientRequest, config: GatewayConfig, up: Upstream
             value = request.headers.get(name)
             if value:
                 headers[name] = value
+        query_key = request.query.get("key")
+        if query_key and "x-goog-api-key" not in headers:
+            # Google's clients may put their key in the query: it goes on as Google's header,
+            # never in an upstream URL (where logs and error messages would show it).
+            headers["x-goog-api-key"] = query_key
     headers.update(passed_headers(request, config.server))
     headers.update(up.headers)
     return headers

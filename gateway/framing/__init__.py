@@ -13,6 +13,7 @@ from typing import Any, Literal, NamedTuple, Protocol, TypeAlias
 import orjson
 
 from gateway.errors import FramingError
+from gateway.framing.jsonarray import JsonArrayReader, JsonArrayWriter
 from gateway.framing.jsonlines import DEFAULT_MAX_LINE, JsonLinesReader, encode_line
 from gateway.framing.named_event import Named
 from gateway.framing.sse import SSEEvent, SSEReader, encode_event
@@ -31,13 +32,16 @@ __all__ = [
     "TextPath",
     "TextRun",
     "Verbatim",
+    "closing",
     "detect_framing",
     "encoder_for",
     "named",
     "slot_payload",
 ]
 
-Framing = Literal["jsonlines", "sse"]
+Framing = Literal["jsonlines", "sse", "jsonarray"]
+"""``jsonarray`` is never sniffed (an upstream's body that starts with ``[`` is read as JSON
+lines): a client's request chooses it (:mod:`gateway.framing.jsonarray`)."""
 
 
 class RawData(NamedTuple):
@@ -214,6 +218,8 @@ def reader_for(framing: Framing, max_size: int = DEFAULT_MAX_LINE, *,
     ``verbatim``: every other payload comes as a :class:`Verbatim`, with its bytes."""
     if framing == "jsonlines":
         return JsonLinesReader(max_size, text, verbatim=verbatim)
+    if framing == "jsonarray":
+        return JsonArrayReader(max_size)
     return _SSEPayloadReader(max_size, named, text, verbatim)
 
 
@@ -288,5 +294,13 @@ class SniffingReader:
 
 
 def encoder_for(framing: Framing) -> Callable[[Payload], bytes]:
-    """The function that frames one payload: ``Payload -> bytes``."""
+    """The function that frames one payload: ``Payload -> bytes`` (for ``jsonarray``, a new
+    writer: one per stream, which :func:`closing` ends)."""
+    if framing == "jsonarray":
+        return JsonArrayWriter()
     return encode_line if framing == "jsonlines" else encode_event
+
+
+def closing(frame: Callable[[Payload], bytes]) -> bytes:
+    """What ends a stream framed by ``frame`` (an array's ``]``; nothing for lines and events)."""
+    return frame.close() if isinstance(frame, JsonArrayWriter) else b""

@@ -38,7 +38,7 @@ from gateway.canonical import (
     StreamStart,
     TextDelta,
 )
-from gateway.dialects import DIALECTS, Dialect
+from gateway.dialects import DIALECTS, Dialect, routes_by_prefix
 from gateway.errors import ParseError
 from gateway.framing import SniffingReader, encoder_for
 
@@ -372,6 +372,10 @@ class FaultUpstream:
         path = target.split("?", 1)[0].rstrip("/")
         if dialect.stream_path:
             return path.endswith(dialect.stream_path)
+        if routes_by_prefix(dialect):  # the method follows the base URL (…/chat/)
+            rest = path.partition("/chat/")[2]
+            asked = dialect.read_target(rest, "POST", {})  # type: ignore[attr-defined]
+            return asked is not None and asked.stream is True
         if dialect.stream_by_accept and "text/event-stream" in accept:
             return True
         try:
