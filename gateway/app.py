@@ -26,6 +26,7 @@ from gateway.keys import (
     BALANCER,
     CLOCK,
     ENV,
+    LIMITS,
     LOG,
     METRICS,
     RECENT,
@@ -109,6 +110,8 @@ def create_app(config: GatewayConfig, *, config_path: str | Path | None = None,
         log.info("config_reloaded", routes=len(new.routes), upstreams=len(new.upstreams))
         if new.history != config.history:  # its routes and store are set up at start
             log.warning("history_config_needs_restart")
+        if LIMITS in app:
+            app[LIMITS].reloaded(new)
         return []
 
     async def noted_reload() -> list[tuple[str, str]]:  # for the status page
@@ -118,6 +121,7 @@ def create_app(config: GatewayConfig, *, config_path: str | Path | None = None,
 
     app[RELOADER] = noted_reload
     app.cleanup_ctx.append(_tracing)
+    app.cleanup_ctx.append(_limits(config, clock))
     app.cleanup_ctx.append(_transport(transport, config.server.upstream_client, sink))
     app.cleanup_ctx.append(_health_checks)
     app.cleanup_ctx.append(status.publish)
@@ -139,11 +143,25 @@ def _transport(given: Transport | None, client: Literal["fast", "aiohttp"],
         transport = given or make_transport(client)
         app[TRANSPORT] = transport
         app[ENV] = Env(transport, app[METRICS], app[BALANCER], app[RECENT], app[LOG],
-                       app[TRACING], sink)
+                       app[TRACING], sink, app[LIMITS])
         try:
             yield
         finally:
             await transport.aclose()
+    return ctx
+
+
+def _limits(config: GatewayConfig, clock: Clock) -> Any:
+    """The named keys' store, opened in the app's loop and closed after the transport (its
+    last settlements are written first)."""
+    async def ctx(app: web.Application) -> AsyncIterator[None]:
+        from gateway.limits import Limits
+
+        limits = app[LIMITS] = Limits(config, app[METRICS], app[LOG], clock.wall)
+        try:
+            yield
+        finally:
+            await limits.aclose()
     return ctx
 
 

@@ -84,7 +84,7 @@ class ModelList:
         started = time.perf_counter()
         request_id = request_id_of(request)
         dialect, names = self.group_for(request)
-        keys = config.auth.api_keys
+        keys = config.auth.accepted_keys
         if request.method not in ("GET", "HEAD"):
             response = error_response(dialect, ChatError(
                 405, f"{request.method} is not allowed here; use GET",

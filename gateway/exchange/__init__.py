@@ -33,6 +33,7 @@ from gateway.traffic import RecentTraffic
 from gateway.upstream import Transport
 
 if TYPE_CHECKING:
+    from gateway.limits import Limits
     from gateway.tracing import Tracing
 
 __all__ = ["Env", "SinkFactory", "error_response", "serve", "unrouted"]
@@ -51,6 +52,9 @@ class Env:
     """OpenTelemetry, when configured (:mod:`gateway.tracing`); ``None`` costs nothing."""
     sink: SinkFactory = AiohttpSink
     """How each answer is written (:mod:`.sink`); a test passes one that watches or fails."""
+    limits: Limits | None = None
+    """The named keys' limits and usage (:mod:`gateway.limits`); reached only when the config
+    has ``auth.keys``."""
 
 
 async def serve(request: ClientRequest, env: Env, runtime: Runtime,
@@ -67,10 +71,14 @@ async def serve(request: ClientRequest, env: Env, runtime: Runtime,
     inflight.inc()
     stream, disconnected = False, False
     model: str | None = None
+    grant = (env.limits.grant(request, runtime.config)
+             if env.limits is not None and runtime.config.auth.keys else None)
     try:
         try:
             req = await read_chat_request(request, entry, runtime.config)
             stream, model = req.stream, req.model
+            if grant is not None:
+                await grant.admit(entry, req, answerer)
             ctx = AttemptContext(
                 entry.config, runtime.states, runtime.config.health, env.transport,
                 env.balancer, _headers_for(request, runtime, request_id), answerer.answer,
@@ -100,9 +108,11 @@ async def serve(request: ClientRequest, env: Env, runtime: Runtime,
         raise asyncio.CancelledError from None
     finally:
         inflight.dec()
-        record(outcome_of(entry, request_id, started, answerer, attempts, stream, disconnected,
-                          request, runtime, model, trace),
-               env.metrics, env.log, env.recent)
+        outcome = outcome_of(entry, request_id, started, answerer, attempts, stream,
+                             disconnected, request, runtime, model, trace)
+        if grant is not None:
+            grant.settle(outcome)
+        record(outcome, env.metrics, env.log, env.recent)
 
 
 def _headers_for(request: ClientRequest, runtime: Runtime, request_id: str) -> Any:
