@@ -312,11 +312,12 @@ class LimitsConfig(_Model):
     default_output_tokens: int = Field(1024, ge=1)
     """The output a request reserves when it names no maximum of its own."""
     timeout: Seconds = 0.25
-    """Bound on one store call (connecting included); past it the store counts as unreachable."""
+    """Bound on connecting to the store and on each answer of it; past it the store counts as
+    unreachable."""
     retry_interval: Seconds = 1.0
     """After a store failure, how long requests get ``on_store_error`` before the store is asked
     again."""
-    pool_size: int = Field(16, ge=1, le=1000)
+    pool_size: int = Field(32, ge=1, le=1000)
     """Most store connections one gateway process holds open."""
     lease: Seconds = 600.0
     """The longest one request holds its ``max_concurrent`` slot: a replica that dies with

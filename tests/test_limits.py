@@ -16,7 +16,16 @@ import orjson
 import pytest
 import structlog
 from aiohttp.test_utils import TestClient
-from fakes import USAGE, Fakes, FakeUpstream, Script, client_request, error_message, upstream_config
+from fakes import (
+    USAGE,
+    Fakes,
+    FakeUpstream,
+    Script,
+    client_request,
+    error_message,
+    eventually,
+    upstream_config,
+)
 
 from gateway.app import create_app
 from gateway.config import parse_config
@@ -198,8 +207,7 @@ async def test_max_concurrent_counts_requests_in_flight(aiohttp_client: Any,
     fake = await fakes.start(d, Script(hold_before=release))
     gw = await gateway(aiohttp_client, config(fake, d, [team(max_concurrent=2)]))
     held = [asyncio.create_task(ask(gw, d, TEAM_KEY)) for _ in range(2)]
-    while len(fake.seen) < 2:
-        await asyncio.sleep(0.01)
+    await eventually(lambda: len(fake.seen) == 2)
     assert (await usage(gw))["team-a"]["in_flight"] == 2
     status, headers, body = await ask(gw, d, TEAM_KEY)
     assert status == 429 and "max_concurrent" in error_message(d, orjson.loads(body))

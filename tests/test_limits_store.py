@@ -152,3 +152,12 @@ async def test_a_settlement_after_its_bucket_slid_out_corrects_nothing() -> None
     assert usage.states[0].used == 10
     assert usage.totals["tokens"] == 1000  # the totals count it all the same
     del b
+
+
+async def test_an_admission_frees_the_slots_it_is_told_ended(store: Store) -> None:
+    p = plan(max_concurrent=1)
+    assert (await store.admit("k", p, 1, "a", LEASE)).refused is None
+    assert (await store.admit("k", p, 1, "b", LEASE)).refused == "max_concurrent"
+    # "a" ended; its settlement has not arrived (or failed): the next admission frees it
+    admitted = await store.admit("k", p, 1, "c", LEASE, ("a",))
+    assert admitted.refused is None and admitted.in_flight == 1

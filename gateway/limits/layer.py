@@ -76,6 +76,9 @@ class Limits:
         self._down = False
         self._retry_at = 0.0
         self._pending: set[asyncio.Task[None]] = set()
+        self.releasing: dict[str, set[str]] = {}
+        """By key name: in-flight slots of requests that ended, until the store confirmed their
+        release (their settlement, or an admission that carried them)."""
 
     # --- which key ----------------------------------------------------------------------------
 
@@ -117,7 +120,15 @@ class Limits:
 
     def settle_later(self, key: NamedKey, plan: Plan, at_ms: int, member: str,
                      used: Settlement, settings: LimitsConfig) -> None:
-        """The store's settlement, off the request's path (its answer is already out)."""
+        """The store's settlement, off the request's path (its answer is already out). Until it
+        arrives, the key's next admissions free the slot too; a settlement that failed leaves
+        it to them (else the slot would be held until its lease ends)."""
+        releasing = None
+        if plan.max_concurrent is not None:
+            releasing = self.releasing.setdefault(key.name, set())
+            if len(releasing) < _MAX_RELEASING:
+                releasing.add(member)
+
         async def run() -> None:
             try:
                 await self.store.settle(key.name, plan, at_ms, member, used)
@@ -125,6 +136,8 @@ class Limits:
                 self.failed("settle", e, settings)
             else:
                 self.reached()
+                if releasing is not None:
+                    releasing.discard(member)
         task = asyncio.get_running_loop().create_task(run())
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
@@ -167,6 +180,11 @@ class Limits:
         await self.store.aclose()
 
 
+_MAX_RELEASING = 1000
+"""Most slot releases of one key kept for its next admissions (past it, a release whose
+settlement failed waits for its lease)."""
+
+
 def _digest(key: str) -> bytes:
     return hashlib.sha256(key.encode()).digest()
 
@@ -207,13 +225,17 @@ class Grant:
         member = random_hex()
         adm = None
         if layer.usable():
+            releasing = layer.releasing.get(key.name)
+            released = tuple(releasing) if releasing else ()
             try:
                 adm = await layer.store.admit(key.name, plan, reserve, member,
-                                              math.ceil(settings.lease * 1000))
+                                              math.ceil(settings.lease * 1000), released)
             except StoreError as e:
                 layer.failed("admit", e, settings)
             else:
                 layer.reached()
+                if releasing:
+                    releasing.difference_update(released)
         metrics = layer.metrics
         if adm is None:
             if settings.on_store_error == "deny":

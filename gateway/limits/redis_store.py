@@ -19,13 +19,14 @@ freed twice.
 
 from __future__ import annotations
 
-import asyncio
+import hashlib
+from collections.abc import Collection
 from typing import Any
 
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 
 from gateway.limits.store import TOTALS, TOTALS_TTL_MS, KeyUsage, StoreError, retry_after
 from gateway.limits.windows import Admission, Plan, Settlement, WindowState
@@ -36,7 +37,8 @@ _PREFIX = "chat-gateway:limits:"
 
 # KEYS: one hash per window, then the in-flight set, then the totals hash.
 # ARGV: n windows, then per window (limit, length_ms, buckets, amount), then max_concurrent
-# (0: none), lease_ms, member, totals_ttl_ms.
+# (0: none), lease_ms, member, totals_ttl_ms, then the slots this replica freed whose
+# settlements may not have arrived yet.
 # Returns: now_ms, refused (0: admitted, i: window i, n+1: max_concurrent), in_flight, then per
 # window: used, reset_ms, and the live buckets of the refusing window as (bucket, count) pairs.
 _ADMIT = """
@@ -75,6 +77,7 @@ local b = 2 + n * 4
 local maxc, lease, member, ttl = tonumber(ARGV[b]), tonumber(ARGV[b + 1]), ARGV[b + 2],
   tonumber(ARGV[b + 3])
 local inflight = 0
+for i = b + 4, #ARGV do redis.call('ZREM', KEYS[n + 1], ARGV[i]) end
 if maxc > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[n + 1], '-inf', now)
   inflight = redis.call('ZCARD', KEYS[n + 1])
@@ -177,42 +180,61 @@ return out
 """
 
 
+_SHA = {text: hashlib.sha1(text.encode()).hexdigest() for text in (_ADMIT, _SETTLE, _PEEK)}
+"""Each script by its SHA-1, as ``EVALSHA`` names it."""
+
+
 def _keys(key: str, plan: Plan) -> list[str]:
     base = f"{_PREFIX}{{{key}}}:"
     return [*(base + w.name for w in plan.windows), base + "in_flight", base + "totals"]
 
 
 class RedisStore:
-    """Counters every replica shares. ``timeout`` bounds each call, connecting included; a
-    call that fails raises :class:`StoreError` (the client reconnects on the next one)."""
+    """Counters every replica shares. ``timeout`` bounds connecting and each call's answer; a
+    call that fails raises :class:`StoreError` (the client reconnects on the next one).
+
+    A call waits its turn for one of ``pool_size`` connections without a bound: under a burst
+    the queue is this process's own, not the store failing, and a store that fails makes every
+    call fail at once (refused, or past ``timeout``), after which the layer stops asking for a
+    while (:class:`~gateway.limits.layer.Limits`)."""
 
     def __init__(self, url: str, timeout: float, pool_size: int) -> None:
-        self._timeout = timeout
         pool = aioredis.BlockingConnectionPool.from_url(
-            url, max_connections=pool_size, timeout=timeout, socket_timeout=timeout,
+            url, max_connections=pool_size, timeout=None, socket_timeout=timeout,
             socket_connect_timeout=timeout,
             # no retries inside the client: a failed call is the policy's to answer, at once
             retry=Retry(NoBackoff(), 0))
         self._client = aioredis.Redis(connection_pool=pool, retry=Retry(NoBackoff(), 0))
-        self._admit = self._client.register_script(_ADMIT)
-        self._settle = self._client.register_script(_SETTLE)
-        self._peek = self._client.register_script(_PEEK)
 
-    async def _run(self, script: Any, keys: list[str], args: list[Any]) -> list[Any]:
+    async def _run(self, script: str, keys: list[str], args: list[Any]) -> list[Any]:
+        sha = _SHA[script]
         try:
-            async with asyncio.timeout(self._timeout * 2):  # a pool wait, then the call
-                out: list[Any] = await script(keys=keys, args=args)
+            try:
+                out: list[Any] = await self._client.evalsha(sha, len(keys), *keys, *args)
+            except NoScriptError:
+                # A Redis that restarted lost every script: all three are loaded again at once,
+                # so that a settlement never waits on a load of its own while the next admission
+                # (whose script is back) overtakes it.
+                async with self._client.pipeline(transaction=False) as pipe:
+                    for text in _SHA:
+                        pipe.script_load(text)
+                    await pipe.execute()
+                out = await self._client.evalsha(sha, len(keys), *keys, *args)
         except (RedisError, OSError, TimeoutError) as e:
+            # The idle connections went down with the one that failed (a Redis that restarted
+            # drops them all): closed now, so that the first calls after it returns reconnect
+            # instead of each failing once on a dead connection.
+            await self._client.connection_pool.disconnect(inuse_connections=False)
             raise StoreError(f"{type(e).__name__}: {e}") from e
         return out
 
-    async def admit(self, key: str, plan: Plan, reserve: int, member: str,
-                    lease_ms: int) -> Admission:
+    async def admit(self, key: str, plan: Plan, reserve: int, member: str, lease_ms: int,
+                    released: Collection[str] = ()) -> Admission:
         args: list[Any] = [len(plan.windows)]
         for w in plan.windows:
             args += [w.limit, w.length_ms, w.buckets, reserve if w.tokens else 1]
-        args += [plan.max_concurrent or 0, lease_ms, member, TOTALS_TTL_MS]
-        out = [int(v) for v in await self._run(self._admit, _keys(key, plan), args)]
+        args += [plan.max_concurrent or 0, lease_ms, member, TOTALS_TTL_MS, *released]
+        out = [int(v) for v in await self._run(_ADMIT, _keys(key, plan), args)]
         now, refused_at, in_flight = out[0], out[1], out[2]
         n = len(plan.windows)
         states = tuple(WindowState(w, out[3 + 2 * i], out[4 + 2 * i] / 1000)
@@ -236,13 +258,13 @@ class RedisStore:
             args += [w.length_ms, w.buckets, delta if w.tokens else 0]
         args += [at_ms, member, used.tokens, used.prompt, used.completion, used.estimated,
                  TOTALS_TTL_MS]
-        await self._run(self._settle, _keys(key, plan), args)
+        await self._run(_SETTLE, _keys(key, plan), args)
 
     async def usage(self, key: str, plan: Plan) -> KeyUsage:
         args: list[Any] = [len(plan.windows)]
         for w in plan.windows:
             args += [w.length_ms, w.buckets]
-        out = await self._run(self._peek, _keys(key, plan), args)
+        out = await self._run(_PEEK, _keys(key, plan), args)
         n = len(plan.windows)
         states = tuple(WindowState(w, int(out[2 + 2 * i]), int(out[3 + 2 * i]) / 1000)
                        for i, w in enumerate(plan.windows))

@@ -9,7 +9,7 @@ window and the in-flight set at once (atomically: two requests never both take t
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -39,10 +39,13 @@ class KeyUsage:
 
 
 class Store(Protocol):
-    async def admit(self, key: str, plan: Plan, reserve: int, member: str,
-                    lease_ms: int) -> Admission:
+    async def admit(self, key: str, plan: Plan, reserve: int, member: str, lease_ms: int,
+                    released: Collection[str] = ()) -> Admission:
         """Admit one request of ``key`` reserving ``reserve`` tokens, or say which limit
-        refuses; ``member`` names its in-flight slot, held at most ``lease_ms``."""
+        refuses; ``member`` names its in-flight slot, held at most ``lease_ms``. ``released``:
+        slots of requests that ended whose settlements may not have arrived yet (freed first:
+        a settlement runs off the request's path, and the next request of the same client can
+        overtake it)."""
 
     async def settle(self, key: str, plan: Plan, at_ms: int, member: str,
                      used: Settlement) -> None:
@@ -101,10 +104,12 @@ class MemoryStore:
         reset = ((max(buckets) + w.buckets) * w.width_ms - now_ms) / 1000 if buckets else 0.0
         return WindowState(w, used, reset)
 
-    async def admit(self, key: str, plan: Plan, reserve: int, member: str,
-                    lease_ms: int) -> Admission:
+    async def admit(self, key: str, plan: Plan, reserve: int, member: str, lease_ms: int,
+                    released: Collection[str] = ()) -> Admission:
         now = self._now_ms()
         counts = self._counts(key)
+        for m in released:
+            counts.in_flight.pop(m, None)
         refused: str | None = None
         wait = 0.0
         found: list[tuple[Window, dict[int, int], int, int]] = []
