@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import io
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +27,7 @@ from fakes import (
     client_request,
     error_message,
     eventually,
+    free_port,
     upstream_config,
 )
 
@@ -312,3 +316,43 @@ def test_check_names_each_problem_of_the_keys(keys: list[dict[str, Any]],
     with pytest.raises(ConfigError) as e:
         parse_config(cfg, env={})
     assert [w for w, _ in e.value.problems] == [where]
+
+
+async def test_the_status_page_shows_each_keys_usage(aiohttp_client: Any, fakes: Fakes) -> None:
+    d = names()[0]
+    fake = await fakes.start(d)
+    gw = await gateway(aiohttp_client, config(fake, d, [
+        team(requests_per_minute=7, max_concurrent=3), {"name": "team-b", "key": OTHER_KEY}]))
+    await ask(gw, d, TEAM_KEY)
+    await asyncio.sleep(0)
+    async with gw.get("/api/status", headers=OPERATOR) as r:
+        rows = (await r.json())["keys"]
+    assert rows[0]["key"] == "team-a" and rows[0]["requests_per_minute"] == "1 / 7"
+    assert rows[0]["in_flight"] == 0 and rows[0]["requests"] == 1
+    assert rows[1] == {"key": "team-b"}
+    async with gw.get("/", headers=OPERATOR) as r:
+        html = await r.text()
+    assert "team-a" in html and "1 / 7" in html
+    assert TEAM_KEY not in html
+
+
+def test_with_workers_and_the_memory_store_the_start_says_limits_are_per_worker(
+        tmp_path: Path) -> None:
+    d = names()[0]
+    cfg = {"upstreams": {"u": upstream_config(d, "http://127.0.0.1:9/")},
+           "routes": [{"path": "/a", "dialect": d, "upstream": "u"}],
+           "auth": {"keys": [team(requests_per_minute=5)]}}
+    path = tmp_path / "gw.yaml"
+    path.write_bytes(orjson.dumps(cfg))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "serve", "--config", str(path), "--port",
+         str(free_port()), "--workers", "2", "--log-format", "json"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        assert proc.stdout is not None
+        first = orjson.loads(proc.stdout.readline())  # said before any worker starts
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    assert first["event"] == "limits_per_worker" and first["workers"] == 2
+    assert "each of the 2 workers" in first["note"]

@@ -168,6 +168,19 @@ class Limits:
         return {"store": "memory" if self.store_url == "memory" else "redis",
                 "store_reachable": reachable, "keys": keys}
 
+    async def status_rows(self, config: GatewayConfig) -> list[dict[str, Any]]:
+        """The status page's table: one flat row a named key (a window as ``used / limit``)."""
+        rows = []
+        for k in (await self.usage(config))["keys"]:
+            row: dict[str, Any] = {"key": k["name"]}
+            for name, w in k["windows"].items():
+                row[name] = f'{w["used"]} / {w["limit"]}'
+            if k["in_flight"] is not None:
+                row["in_flight"] = k["in_flight"]
+            row.update(k["totals"] or {})
+            rows.append(row)
+        return rows
+
     def reloaded(self, config: GatewayConfig) -> None:
         if config.limits.store != self.store_url:
             self.log.warning("limits_store_needs_restart", store=redact_url(self.store_url))
