@@ -17,6 +17,7 @@ set has no header.
 
 from __future__ import annotations
 
+import functools
 import math
 from datetime import UTC, datetime
 
@@ -43,7 +44,13 @@ def openai_duration(seconds: float) -> str:
 
 
 def _rfc3339(unix: float) -> str:
-    return datetime.fromtimestamp(math.ceil(unix), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _rfc3339_second(math.ceil(unix))
+
+
+@functools.lru_cache(maxsize=256)
+def _rfc3339_second(second: int) -> str:
+    # cached: every answer of a minute names the same few seconds
+    return datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def rate_headers(adm: Admission) -> dict[str, str]:

@@ -123,6 +123,9 @@ class Limits:
         """The store's settlement, off the request's path (its answer is already out). Until it
         arrives, the key's next admissions free the slot too; a settlement that failed leaves
         it to them (else the slot would be held until its lease ends)."""
+        if isinstance(self.store, MemoryStore):  # nothing to wait for
+            self.store.settle_now(key.name, plan, at_ms, member, used)
+            return
         releasing = None
         if plan.max_concurrent is not None:
             releasing = self.releasing.setdefault(key.name, set())

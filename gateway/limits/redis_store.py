@@ -1,7 +1,8 @@
 """The shared store: Redis, through the ``redis`` package's asyncio client.
 
 Each call is one Lua script (``EVALSHA``), so one round trip per admission and one per
-settlement, and atomic: Redis runs a script alone, so replicas never both take the last slot.
+settlement (calls made at once share one: :meth:`RedisStore._run`), and atomic: Redis runs a
+script alone, so replicas never both take the last slot.
 The time is Redis's own (``TIME``), the same for every replica whatever their clocks say.
 
 Keys, per named key ``NAME`` (the hash tag keeps one key's counters in one cluster slot):
@@ -19,8 +20,10 @@ freed twice.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Collection
+from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -184,6 +187,18 @@ _SHA = {text: hashlib.sha1(text.encode()).hexdigest() for text in (_ADMIT, _SETT
 """Each script by its SHA-1, as ``EVALSHA`` names it."""
 
 
+_MAX_BATCH = 256
+"""Most calls in one pipeline."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    sha: str
+    keys: list[str]
+    args: list[Any]
+    done: asyncio.Future[list[Any]]
+
+
 def _keys(key: str, plan: Plan) -> list[str]:
     base = f"{_PREFIX}{{{key}}}:"
     return [*(base + w.name for w in plan.windows), base + "in_flight", base + "totals"]
@@ -205,28 +220,64 @@ class RedisStore:
             # no retries inside the client: a failed call is the policy's to answer, at once
             retry=Retry(NoBackoff(), 0))
         self._client = aioredis.Redis(connection_pool=pool, retry=Retry(NoBackoff(), 0))
+        self._queue: list[_Call] = []
+        """Calls made since the last flush, sent together (:meth:`_flush`)."""
+        self._tasks: set[asyncio.Task[None]] = set()
 
     async def _run(self, script: str, keys: list[str], args: list[Any]) -> list[Any]:
-        sha = _SHA[script]
+        """One script call. Calls made in the same turn of the event loop (the settlement of
+        one request and the admission of the next, a burst's admissions) go out together as
+        one pipeline: one write and one read for all, each still its own atomic script, in the
+        order they were made."""
+        loop = asyncio.get_running_loop()
+        call = _Call(_SHA[script], keys, args, loop.create_future())
+        if not self._queue:
+            loop.call_soon(self._flush)
+        self._queue.append(call)
+        out: list[Any] = await call.done
+        return out
+
+    def _flush(self) -> None:
+        batch, self._queue = self._queue, []
+        for i in range(0, len(batch), _MAX_BATCH):
+            task = asyncio.get_running_loop().create_task(self._send(batch[i:i + _MAX_BATCH]))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _send(self, batch: list[_Call]) -> None:
         try:
-            try:
-                out: list[Any] = await self._client.evalsha(sha, len(keys), *keys, *args)
-            except NoScriptError:
-                # A Redis that restarted lost every script: all three are loaded again at once,
-                # so that a settlement never waits on a load of its own while the next admission
-                # (whose script is back) overtakes it.
+            results = await self._pipeline(batch)
+            lost = [i for i, r in enumerate(results) if isinstance(r, NoScriptError)]
+            if lost:
+                # A Redis that restarted lost every script: all are loaded again at once, and
+                # the calls that met the loss are sent again, in their order.
                 async with self._client.pipeline(transaction=False) as pipe:
                     for text in _SHA:
                         pipe.script_load(text)
                     await pipe.execute()
-                out = await self._client.evalsha(sha, len(keys), *keys, *args)
+                again = await self._pipeline([batch[i] for i in lost])
+                for i, r in zip(lost, again, strict=True):
+                    results[i] = r
         except (RedisError, OSError, TimeoutError) as e:
             # The idle connections went down with the one that failed (a Redis that restarted
             # drops them all): closed now, so that the first calls after it returns reconnect
             # instead of each failing once on a dead connection.
             await self._client.connection_pool.disconnect(inuse_connections=False)
-            raise StoreError(f"{type(e).__name__}: {e}") from e
-        return out
+            results = [e] * len(batch)
+        for call, r in zip(batch, results, strict=True):
+            if call.done.done():  # its request went away
+                continue
+            if isinstance(r, BaseException):
+                call.done.set_exception(StoreError(f"{type(r).__name__}: {r}"))
+            else:
+                call.done.set_result(r)
+
+    async def _pipeline(self, batch: list[_Call]) -> list[Any]:
+        async with self._client.pipeline(transaction=False) as pipe:
+            for c in batch:
+                pipe.evalsha(c.sha, len(c.keys), *c.keys, *c.args)
+            out: list[Any] = await pipe.execute(raise_on_error=False)
+            return out
 
     async def admit(self, key: str, plan: Plan, reserve: int, member: str, lease_ms: int,
                     released: Collection[str] = ()) -> Admission:
@@ -274,6 +325,8 @@ class RedisStore:
         return KeyUsage(states, int(out[1]), totals)
 
     async def aclose(self) -> None:
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
         await self._client.aclose()
 
 

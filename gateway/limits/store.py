@@ -67,11 +67,68 @@ def retry_after(live: list[tuple[int, int]], excess: int, w: Window, now_ms: int
     return w.length_ms / 1000
 
 
+class _Buckets:
+    """One window's buckets, oldest first (a bucket is only ever added as the newest), and
+    their sum: sliding drops from the front, so an admission costs the same whatever the
+    window holds."""
+
+    __slots__ = ("counts", "total")
+
+    def __init__(self) -> None:
+        self.counts: dict[int, int] = {}
+        self.total = 0
+
+    def slide(self, w: Window, now_ms: int) -> int:
+        """Drops the buckets out of the window; the current bucket."""
+        cur = now_ms // w.width_ms
+        counts = self.counts
+        while counts:
+            first = next(iter(counts))
+            if first > cur - w.buckets:
+                break
+            self.total -= counts.pop(first)
+        return cur
+
+    def add(self, idx: int, amount: int) -> None:
+        self.counts[idx] = self.counts.get(idx, 0) + amount
+        self.total += amount
+
+    def correct(self, idx: int, delta: int) -> None:
+        old = self.counts.get(idx)
+        if old is not None:  # else it slid out: nothing left to correct
+            new = max(0, old + delta)
+            self.counts[idx] = new
+            self.total += new - old
+
+    def state(self, w: Window, now_ms: int) -> WindowState:
+        counts = self.counts
+        reset = ((next(reversed(counts)) + w.buckets) * w.width_ms - now_ms) / 1000 if counts \
+            else 0.0
+        return WindowState(w, self.total, reset)
+
+
 @dataclass(slots=True)
 class _KeyCounts:
-    windows: dict[str, dict[int, int]] = field(default_factory=dict)
-    in_flight: dict[str, float] = field(default_factory=dict)
+    windows: dict[str, _Buckets] = field(default_factory=dict)
+    in_flight: dict[str, int] = field(default_factory=dict)
+    """Slot to the end of its lease, oldest first."""
     totals: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TOTALS, 0))
+
+    def buckets(self, w: Window) -> _Buckets:
+        b = self.windows.get(w.name)
+        if b is None:
+            b = self.windows[w.name] = _Buckets()
+        return b
+
+    def expire(self, now_ms: int) -> None:
+        # Slots are added in time order with the same lease (a reload may change it: then a
+        # slot may outlive its lease by the difference, never end early).
+        in_flight = self.in_flight
+        while in_flight:
+            first = next(iter(in_flight))
+            if in_flight[first] > now_ms:
+                break
+            del in_flight[first]
 
 
 class MemoryStore:
@@ -91,19 +148,6 @@ class MemoryStore:
             counts = self._keys[key] = _KeyCounts()
         return counts
 
-    @staticmethod
-    def _live(buckets: dict[int, int], w: Window, now_ms: int) -> tuple[int, int]:
-        """What the window holds (old buckets dropped), and its current bucket."""
-        cur = now_ms // w.width_ms
-        for idx in [i for i in buckets if i <= cur - w.buckets]:
-            del buckets[idx]
-        return sum(buckets.values()), cur
-
-    @staticmethod
-    def _state(w: Window, buckets: dict[int, int], used: int, now_ms: int) -> WindowState:
-        reset = ((max(buckets) + w.buckets) * w.width_ms - now_ms) / 1000 if buckets else 0.0
-        return WindowState(w, used, reset)
-
     async def admit(self, key: str, plan: Plan, reserve: int, member: str, lease_ms: int,
                     released: Collection[str] = ()) -> Admission:
         now = self._now_ms()
@@ -112,48 +156,42 @@ class MemoryStore:
             counts.in_flight.pop(m, None)
         refused: str | None = None
         wait = 0.0
-        found: list[tuple[Window, dict[int, int], int, int]] = []
+        found: list[tuple[Window, _Buckets, int]] = []
         for w in plan.windows:
-            buckets = counts.windows.setdefault(w.name, {})
-            used, cur = self._live(buckets, w, now)
-            found.append((w, buckets, used, cur))
-            if refused is None and used + 1 > w.limit:
+            b = counts.buckets(w)
+            cur = b.slide(w, now)
+            found.append((w, b, cur))
+            if refused is None and b.total + 1 > w.limit:
                 refused = w.name
-                wait = retry_after(list(buckets.items()), used + 1 - w.limit, w, now)
+                wait = retry_after(list(b.counts.items()), b.total + 1 - w.limit, w, now)
         in_flight = counts.in_flight
         if plan.max_concurrent is not None:
-            for m in [m for m, until in in_flight.items() if until <= now]:
-                del in_flight[m]
+            counts.expire(now)
             if refused is None and len(in_flight) >= plan.max_concurrent:
                 refused, wait = "max_concurrent", CONCURRENCY_RETRY
-        states = []
-        for w, buckets, used, cur in found:
-            if refused is None:
-                amount = reserve if w.tokens else 1
-                buckets[cur] = buckets.get(cur, 0) + amount
-                used += amount
-            states.append(self._state(w, buckets, used, now))
         if refused is None:
+            for w, b, cur in found:
+                b.add(cur, reserve if w.tokens else 1)
             if plan.max_concurrent is not None:
                 in_flight[member] = now + lease_ms
             counts.totals["requests"] += 1
         else:
             counts.totals["limited"] += 1
-        return Admission(now, refused, wait, tuple(states), len(in_flight))
+        states = tuple(b.state(w, now) for w, b, _ in found)
+        return Admission(now, refused, wait, states, len(in_flight))
 
-    async def settle(self, key: str, plan: Plan, at_ms: int, member: str,
-                     used: Settlement) -> None:
+    def settle_now(self, key: str, plan: Plan, at_ms: int, member: str,
+                   used: Settlement) -> None:
+        """:meth:`settle`, at once (nothing to wait for: the layer calls it inline)."""
         now = self._now_ms()
         counts = self._counts(key)
         delta = used.tokens - used.reserved
-        for w in plan.windows:
-            if not w.tokens or not delta:
-                continue
-            at = at_ms // w.width_ms
-            if at <= now // w.width_ms - w.buckets:
-                continue  # the bucket slid out: nothing left to correct
-            buckets = counts.windows.setdefault(w.name, {})
-            buckets[at] = max(0, buckets.get(at, 0) + delta)
+        if delta:
+            for w in plan.windows:
+                if w.tokens:
+                    b = counts.buckets(w)
+                    b.slide(w, now)
+                    b.correct(at_ms // w.width_ms, delta)
         counts.in_flight.pop(member, None)
         t = counts.totals
         t["tokens"] += used.tokens
@@ -161,16 +199,20 @@ class MemoryStore:
         t["completion_tokens"] += used.completion
         t["estimated_tokens"] += used.estimated
 
+    async def settle(self, key: str, plan: Plan, at_ms: int, member: str,
+                     used: Settlement) -> None:
+        self.settle_now(key, plan, at_ms, member, used)
+
     async def usage(self, key: str, plan: Plan) -> KeyUsage:
         now = self._now_ms()
         counts = self._counts(key)
         states = []
         for w in plan.windows:
-            buckets = counts.windows.setdefault(w.name, {})
-            used, _ = self._live(buckets, w, now)
-            states.append(self._state(w, buckets, used, now))
-        live = sum(1 for until in counts.in_flight.values() if until > now)
-        return KeyUsage(tuple(states), live, dict(counts.totals))
+            b = counts.buckets(w)
+            b.slide(w, now)
+            states.append(b.state(w, now))
+        counts.expire(now)
+        return KeyUsage(tuple(states), len(counts.in_flight), dict(counts.totals))
 
     async def aclose(self) -> None:
         return None
