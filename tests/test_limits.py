@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import re
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from typing import Any
 import orjson
 import pytest
 import structlog
+import yaml
 from aiohttp.test_utils import TestClient
 from fakes import (
     USAGE,
@@ -356,3 +358,14 @@ def test_with_workers_and_the_memory_store_the_start_says_limits_are_per_worker(
         proc.wait(timeout=30)
     assert first["event"] == "limits_per_worker" and first["workers"] == 2
     assert "each of the 2 workers" in first["note"]
+
+
+def test_the_worked_example_of_the_docs_is_a_config_check_accepts() -> None:
+    doc = (Path(__file__).resolve().parent.parent / "docs/operations.md").read_text()
+    section = doc[doc.index("## Keys with limits"):]
+    block = re.search(r"```yaml\n(.*?)```", section, re.S)
+    assert block is not None
+    env = {name: f"{name.lower()}-value" for name in re.findall(r"\$\{(\w+)", block.group(1))}
+    cfg = parse_config(yaml.safe_load(block.group(1)), env=env)
+    assert [k.name for k in cfg.auth.keys] == ["team-a", "batch", "dashboards"]
+    assert cfg.limits.store.startswith("redis://")
