@@ -369,3 +369,23 @@ def test_the_worked_example_of_the_docs_is_a_config_check_accepts() -> None:
     cfg = parse_config(yaml.safe_load(block.group(1)), env=env)
     assert [k.name for k in cfg.auth.keys] == ["team-a", "batch", "dashboards"]
     assert cfg.limits.store.startswith("redis://")
+
+
+@pytest.mark.parametrize("keys", [[], [{"name": "team-b", "key": OTHER_KEY}]],
+                         ids=["no named keys", "a named key without limits"])
+async def test_without_limits_the_store_is_never_asked(aiohttp_client: Any, fakes: Fakes,
+                                                       keys: list[dict[str, Any]]) -> None:
+    from fakes import closed_port
+
+    d = names()[0]
+    fake = await fakes.start(d)
+    # a store that cannot be reached, and a policy that would refuse: no request may notice
+    gw = await gateway(aiohttp_client, config(
+        fake, d, keys, store=f"redis://127.0.0.1:{closed_port()}/0", on_store_error="deny"))
+    for key in (PLAIN_KEY, *(k["key"] for k in keys)):
+        status, headers, _ = await ask(gw, d, key)
+        assert status == 200 and "x-ratelimit-limit-requests" not in headers
+    text = await metrics(gw)
+    assert "gateway_limits_store_errors_total{" not in text
+    assert ('gateway_key_requests_total{key="team-b",route="/a",status="200"} 1.0' in text) \
+        == bool(keys)

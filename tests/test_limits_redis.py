@@ -321,3 +321,40 @@ async def test_redis_killed_and_restarted_mid_load(aiohttp_client: Any, fakes: F
     assert "internal_error" not in events
     async with gws[0].get("/metrics", headers=OPERATOR) as r:
         assert 'gateway_limits_store_errors_total{op="admit"}' in await r.text()
+
+
+async def test_a_client_gone_while_redis_admits_leaves_nothing_behind(
+        aiohttp_client: Any, fakes: Fakes, redis_server: RedisServer) -> None:
+    d = names()[0]
+    fake = await fakes.start(d)
+    cfg = gateway_config(upstream_config(fake), d, redis_server.url(),
+                         tokens_per_minute=10**6, max_concurrent=5)
+    gw = await _app(aiohttp_client, cfg)
+    path, body, headers = client_request(d, "/a", stream=False)
+    auth = {**headers, "Authorization": f"Bearer {KEY}"}
+    async with gw.post(path, json=body, headers=auth) as r:  # connects, loads the scripts
+        assert r.status == 200
+    await _settled(gw, 1)
+    first, _, _ = await _usage(gw)
+    pauser = redis_client(redis_server)
+    try:
+        await pauser.execute_command("CLIENT", "PAUSE", "500", "ALL")  # Redis answers late
+        with pytest.raises(TimeoutError):
+            async with gw.post(path, json=body, headers=auth,
+                               timeout=aiohttp.ClientTimeout(total=0.2)) as r:
+                await r.read()
+        # Redis admitted it when it woke up; the request was gone: all given back
+        # Redis admitted it when it woke up; the request was gone: all given back
+        await _settled(gw, 2)
+    finally:
+        await pauser.aclose()
+    totals, windows, in_flight = await _usage(gw)
+    assert totals["requests"] == 2 and in_flight == 0
+    assert windows["tokens_per_minute"]["used"] == totals["tokens"] == first["tokens"] > 0
+    assert len(fake.seen) == 1
+
+
+def redis_client(server: RedisServer) -> Any:
+    import redis.asyncio as aioredis
+
+    return aioredis.Redis.from_url(server.url())

@@ -34,7 +34,7 @@ from gateway.incoming import ClientRequest
 from gateway.limits.headers import HeaderSink, rate_headers
 from gateway.limits.redis_store import RedisStore
 from gateway.limits.store import KeyUsage, MemoryStore, Store, StoreError
-from gateway.limits.windows import Plan, Settlement, plan_of
+from gateway.limits.windows import Admission, Plan, Settlement, plan_of
 from gateway.log import redact_url
 from gateway.metrics import Metrics
 from gateway.token_count import CHARS_PER_TOKEN, estimate
@@ -117,6 +117,29 @@ class Limits:
         if self._down:
             self._down = False
             self.log.warning("limits_store_recovered", store=redact_url(self.store_url))
+
+    async def admitted(self, key: NamedKey, plan: Plan, reserve: int, member: str,
+                       released: tuple[str, ...], settings: LimitsConfig) -> Admission:
+        """The store's admission. A client that goes away while a shared store answers does
+        not leave its admission behind: when it was admitted, its reservation and slot are
+        given back as soon as the answer comes."""
+        lease = math.ceil(settings.lease * 1000)
+        if isinstance(self.store, MemoryStore):  # answers at once: nothing to go away from
+            return await self.store.admit(key.name, plan, reserve, member, lease, released)
+        call = asyncio.ensure_future(
+            self.store.admit(key.name, plan, reserve, member, lease, released))
+        try:
+            return await asyncio.shield(call)
+        except asyncio.CancelledError:
+            def give_back(done: asyncio.Future[Admission]) -> None:
+                if done.cancelled() or done.exception() is not None:
+                    return
+                adm = done.result()
+                if adm.refused is None:
+                    self.settle_later(key, plan, adm.at_ms, member,
+                                      Settlement(reserve, 0, 0, 0), settings)
+            call.add_done_callback(give_back)
+            raise
 
     def settle_later(self, key: NamedKey, plan: Plan, at_ms: int, member: str,
                      used: Settlement, settings: LimitsConfig) -> None:
@@ -244,8 +267,7 @@ class Grant:
             releasing = layer.releasing.get(key.name)
             released = tuple(releasing) if releasing else ()
             try:
-                adm = await layer.store.admit(key.name, plan, reserve, member,
-                                              math.ceil(settings.lease * 1000), released)
+                adm = await layer.admitted(key, plan, reserve, member, released, settings)
             except StoreError as e:
                 layer.failed("admit", e, settings)
             else:
