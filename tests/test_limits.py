@@ -148,6 +148,8 @@ async def test_over_its_limit_a_key_gets_a_429_in_its_dialect(aiohttp_client: An
     status, headers, body = await ask(gw, dialect, TEAM_KEY)
     assert status == 429
     assert 1 <= int(headers["Retry-After"]) <= 60
+    assert abs(int(headers["retry-after-ms"]) - 1000 * int(headers["Retry-After"])) <= 1000
+    assert "x-should-retry" not in headers  # the SDKs wait a minute and retry
     assert headers["x-ratelimit-remaining-requests"] == "0"
     assert headers["anthropic-ratelimit-requests-remaining"] == "0"
     assert "requests_per_minute" in error_message(dialect, orjson.loads(body))
@@ -389,3 +391,15 @@ async def test_without_limits_the_store_is_never_asked(aiohttp_client: Any, fake
     assert "gateway_limits_store_errors_total{" not in text
     assert ('gateway_key_requests_total{key="team-b",route="/a",status="200"} 1.0' in text) \
         == bool(keys)
+
+
+async def test_a_spent_day_tells_the_sdks_not_to_retry(aiohttp_client: Any, fakes: Fakes) -> None:
+    d = names()[0]
+    fake = await fakes.start(d)
+    gw = await gateway(aiohttp_client, config(fake, d, [team(tokens_per_day=1)]))
+    assert (await ask(gw, d, TEAM_KEY))[0] == 200  # the window had room
+    status, headers, body = await ask(gw, d, TEAM_KEY)
+    assert status == 429 and "tokens_per_day" in error_message(d, orjson.loads(body))
+    assert int(headers["Retry-After"]) > 23 * 3600
+    assert headers["x-should-retry"] == "false"
+    assert headers["x-ratelimit-remaining-tokens"] == "0"

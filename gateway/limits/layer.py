@@ -219,6 +219,8 @@ class Limits:
         await self.store.aclose()
 
 
+_SDK_RETRY_AFTER_MAX = 120.0
+"""The longest ``Retry-After`` the OpenAI and Anthropic SDKs wait on before retrying."""
 _MAX_RELEASING = 1000
 """Most slot releases of one key kept for its next admissions (past it, a release whose
 settlement failed waits for its lease)."""
@@ -284,9 +286,15 @@ class Grant:
         headers = rate_headers(adm)
         if adm.refused is not None:
             metrics.key_limited.labels(key.name, adm.refused).inc()
+            wait = max(adm.retry_after, 1.0)
+            # The OpenAI and Anthropic SDKs read the wait in milliseconds first, wait up to two
+            # minutes, and retry at once on their own backoff past that unless told not to: a
+            # spent day or month is not worth their retries.
+            headers["retry-after-ms"] = str(math.ceil(wait * 1000))
+            if wait > _SDK_RETRY_AFTER_MAX:
+                headers["x-should-retry"] = "false"
             raise Refused(ChatError(429, f"rate limit reached: {adm.refused} of key {key.name}",
-                                    code="rate_limit_exceeded",
-                                    retry_after=max(adm.retry_after, 1.0)), headers)
+                                    code="rate_limit_exceeded", retry_after=wait), headers)
         self.at_ms, self.reserved, self.member, self.plan = adm.at_ms, reserve, member, plan
         answerer.sink = HeaderSink(answerer.sink, headers)
 
