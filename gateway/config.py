@@ -311,8 +311,10 @@ class LimitsConfig(_Model):
     them 503."""
     default_output_tokens: int = Field(1024, ge=1)
     """The output a request reserves when it names no maximum of its own."""
-    timeout: Seconds = 0.25
+    timeout: Seconds = 2.0
     """Bound on connecting to the store and on each answer of it; past it the store counts as
+    unreachable. Redis answers in a millisecond, but a process serving a burst reads its
+    answers late: a bound near its event loop's lag would call a busy process's store
     unreachable."""
     retry_interval: Seconds = 1.0
     """After a store failure, how long requests get ``on_store_error`` before the store is asked

@@ -62,7 +62,7 @@ def gateway_config(upstream: dict[str, Any], dialect: str, store: str,
             "routes": [{"path": "/a", "dialect": dialect, "upstream": "u"}],
             "auth": {"api_keys": [OPERATOR_KEY],
                      "keys": [{"name": "shared", "key": KEY, "limits": limits}]},
-            "limits": {"store": store, "timeout": 2.0}}
+            "limits": {"store": store}}
 
 
 async def _wait_ready(base: str, proc: subprocess.Popen[bytes], log: Path) -> None:
@@ -273,7 +273,7 @@ async def test_redis_killed_and_restarted_mid_load(aiohttp_client: Any, fakes: F
     cfg = gateway_config(upstream_config(fake), d, redis_server.url(),
                          requests_per_minute=10**6, tokens_per_day=10**8,
                          max_concurrent=workers)  # a slot left stuck would refuse a worker
-    cfg["limits"].update(on_store_error=policy, timeout=0.25, retry_interval=0.1)
+    cfg["limits"].update(on_store_error=policy, retry_interval=0.1)
     cfg["logging"] = {"level": "info"}
     gws = [await _app(aiohttp_client, cfg) for _ in range(2)]
     path, body, headers = client_request(d, "/a", stream=False)
@@ -291,9 +291,11 @@ async def test_redis_killed_and_restarted_mid_load(aiohttp_client: Any, fakes: F
 
     load = [asyncio.create_task(worker(i)) for i in range(workers)]
     await asyncio.sleep(0.3)
-    killed = time.monotonic()
+    alive_until = time.monotonic()
     redis_server.kill()
+    killed = time.monotonic()  # gone for good
     await asyncio.sleep(0.5)
+    restarting = time.monotonic()
     redis_server.start()  # empty, on the same port, as after a crash
     restarted = time.monotonic()
     await eventually(lambda: any(h for t0, _, _, h in seen if t0 > restarted), within=10)
@@ -303,10 +305,10 @@ async def test_redis_killed_and_restarted_mid_load(aiohttp_client: Any, fakes: F
 
     statuses = Counter(status for _, _, status, _ in seen)
     assert set(statuses) <= ({200} if policy == "allow" else {200, 503}), statuses
-    away = [(status, h) for t0, t1, status, h in seen if t0 > killed + 0.05 and t1 < restarted]
+    away = [(status, h) for t0, t1, status, h in seen if t0 > killed and t1 < restarting]
     assert away, "no request while Redis was away"
     assert set(away) == ({(200, False)} if policy == "allow" else {(503, False)})
-    assert all(status == 200 and h for t0, _, status, h in seen if t0 < killed - 0.05)
+    assert all(status == 200 and h for _, t1, status, h in seen if t1 < alive_until)
     # once one request found the store again, every later one is limited again
     again = min(t0 for t0, _, _, h in seen if h and t0 > restarted)
     back = [(status, h) for t0, _, status, h in seen if t0 > again + 0.2]
