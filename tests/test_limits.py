@@ -12,6 +12,9 @@ import re
 import signal
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -348,16 +351,19 @@ def test_with_workers_and_the_memory_store_the_start_says_limits_are_per_worker(
            "auth": {"keys": [team(requests_per_minute=5)]}}
     path = tmp_path / "gw.yaml"
     path.write_bytes(orjson.dumps(cfg))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "serve", "--config", str(path), "--port",
-         str(free_port()), "--workers", "2", "--log-format", "json"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    port = free_port()
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "serve", "--config", str(path), "--port",
+             str(port), "--workers", "2", "--log-format", "json"],
+            stdout=out, stderr=subprocess.STDOUT)
     try:
-        assert proc.stdout is not None
-        first = orjson.loads(proc.stdout.readline())  # said before any worker starts
+        _ready(f"http://127.0.0.1:{port}/readyz", proc)
+        first = orjson.loads(log.read_bytes().splitlines()[0])  # said before any worker
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=30)
+        proc.send_signal(signal.SIGTERM)  # once the workers serve: the supervisor's clean path
+        proc.wait(timeout=60)
     assert first["event"] == "limits_per_worker" and first["workers"] == 2
     assert "each of the 2 workers" in first["note"]
 
@@ -403,3 +409,20 @@ async def test_a_spent_day_tells_the_sdks_not_to_retry(aiohttp_client: Any, fake
     assert int(headers["Retry-After"]) > 23 * 3600
     assert headers["x-should-retry"] == "false"
     assert headers["x-ratelimit-remaining-tokens"] == "0"
+
+
+def _ready(url: str, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        assert proc.poll() is None
+        try:
+            with urllib.request.urlopen(url, timeout=1) as r:
+                if r.status in (200, 503):  # serving (its upstream is a closed port)
+                    return
+        except urllib.error.HTTPError as e:
+            if e.code == 503:
+                return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"{url} did not answer")
