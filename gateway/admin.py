@@ -1,5 +1,6 @@
 """The operator's endpoints: ``GET /metrics``, ``GET /api/status``, the status page ``GET /``
-and its ``GET /static/{name}``, and ``POST /admin/reload``.
+and its ``GET /static/{name}``, ``GET /admin/usage`` (the named keys' usage) and
+``POST /admin/reload``.
 
 Where they are served:
 
@@ -10,7 +11,8 @@ Where they are served:
   main port no longer serves them (404). The health probes are served on both.
 - no admin port: on the main port, where with ``auth.api_keys`` set they need a key as the chat
   routes do (read at each request, so a reload that adds keys closes them at once); without
-  keys they are open as before.
+  keys they are open as before. Only an ``auth.api_keys`` key opens them: a named key
+  (``auth.keys``) is a client's, and with named keys alone they are closed on the main port.
 
 ``POST /admin/reload`` keeps its own rule on either listener: loopback clients only.
 """
@@ -26,6 +28,7 @@ from gateway.auth import accepted_key
 from gateway.config import GatewayConfig
 from gateway.edge import Edge, EdgeListener, edge_for, edge_middleware
 from gateway.keys import LOG, RUNTIME
+from gateway.limits.usage import usage
 
 __all__ = ["add_admin_routes", "create_admin_app", "start_admin_listener"]
 
@@ -36,6 +39,7 @@ _ROUTES: tuple[tuple[str, str, Handler], ...] = (
     ("GET", "/", status.page),
     ("GET", "/api/status", status.snapshot),
     ("GET", "/static/{name}", status.asset),
+    ("GET", "/admin/usage", usage),
 )
 
 
@@ -57,8 +61,8 @@ def _add(app: web.Application, method: str, path: str, handler: Handler) -> None
 
 def _key_guarded(handler: Handler) -> Handler:
     async def guarded(request: web.Request) -> web.StreamResponse:
-        keys = request.app[RUNTIME].current.config.auth.api_keys
-        if keys and accepted_key(request, keys) is None:
+        auth = request.app[RUNTIME].current.config.auth
+        if auth.accepted_keys and accepted_key(request, auth.api_keys) is None:
             response = handlers.json_error(401, "a valid API key is required", "UNAUTHORIZED")
             response.headers["WWW-Authenticate"] = 'Bearer realm="chat-gateway"'
             return response

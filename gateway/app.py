@@ -27,6 +27,7 @@ from gateway.keys import (
     BALANCER,
     CLOCK,
     ENV,
+    LIMITS,
     LOG,
     METRICS,
     RECENT,
@@ -112,6 +113,8 @@ def create_app(config: GatewayConfig, *, config_path: str | Path | None = None,
             log.warning("history_config_needs_restart")
         if new.responses_store != config.responses_store:  # opened at start, like history's
             log.warning("responses_store_config_needs_restart")
+        if LIMITS in app:
+            app[LIMITS].reloaded(new)
         return []
 
     async def noted_reload() -> list[tuple[str, str]]:  # for the status page
@@ -125,6 +128,7 @@ def create_app(config: GatewayConfig, *, config_path: str | Path | None = None,
         from gateway.history.responses import add_responses_store
 
         add_responses_store(app, config)
+    app.cleanup_ctx.append(_limits(config, clock))
     app.cleanup_ctx.append(_transport(transport, config.server.upstream_client, sink))
     app.cleanup_ctx.append(_health_checks)
     app.cleanup_ctx.append(status.publish)
@@ -146,7 +150,7 @@ def _transport(given: Transport | None, client: Literal["fast", "aiohttp"],
         transport = given or make_transport(client)
         app[TRANSPORT] = transport
         app[ENV] = Env(transport, app[METRICS], app[BALANCER], app[RECENT], app[LOG],
-                       app[TRACING], sink, _responses_store(app))
+                       app[TRACING], sink, _responses_store(app), app[LIMITS])
         try:
             yield
         finally:
@@ -160,6 +164,20 @@ def _responses_store(app: web.Application) -> KeptStore | None:
     from gateway.history.responses import RESPONSES
 
     return app[RESPONSES]
+
+
+def _limits(config: GatewayConfig, clock: Clock) -> Any:
+    """The named keys' store, opened in the app's loop and closed after the transport (its
+    last settlements are written first)."""
+    async def ctx(app: web.Application) -> AsyncIterator[None]:
+        from gateway.limits import Limits
+
+        limits = app[LIMITS] = Limits(config, app[METRICS], app[LOG], clock.wall)
+        try:
+            yield
+        finally:
+            await limits.aclose()
+    return ctx
 
 
 def _configured_tracing(config: GatewayConfig) -> Tracing | None:

@@ -43,6 +43,9 @@ __all__ = [
     "GatewayConfig",
     "HealthConfig",
     "HistoryConfig",
+    "KeyConfig",
+    "KeyLimits",
+    "LimitsConfig",
     "ResponsesStoreConfig",
     "RetryConfig",
     "RouteConfig",
@@ -86,6 +89,7 @@ DialectName = Annotated[str, AfterValidator(_known_dialect), WithJsonSchema({"ty
                         Field(json_schema_extra=_dialect_schema)]
 """A registered dialect's name (:mod:`gateway.dialects`): the registry is the only list."""
 RESERVED_PATHS = frozenset({"/", "/healthz", "/readyz", "/metrics", "/admin/reload",
+                            "/admin/usage",
                             "/api/status"})
 Seconds = Annotated[float, Field(gt=0)]
 
@@ -200,17 +204,149 @@ class LoggingConfig(_Model):
     """The least severe events logged."""
 
 
+LIMIT_NAMES = ("requests_per_minute", "tokens_per_minute", "tokens_per_day", "tokens_per_month",
+               "max_concurrent")
+"""The limits a named key may set (:class:`KeyLimits`), a public contract."""
+
+
+class KeyLimits(_Model):
+    """A named key's limits (docs/operations.md#keys-with-limits); one left out is not
+    enforced. ``limits: {}`` enforces nothing but keeps the key's usage in the limits store."""
+
+    requests_per_minute: int | None = Field(None, ge=1)
+    """Requests admitted in any sliding minute."""
+    tokens_per_minute: int | None = Field(None, ge=1)
+    """Tokens (prompt + completion) in any sliding minute."""
+    tokens_per_day: int | None = Field(None, ge=1)
+    """Tokens (prompt + completion) in any sliding 24 hours."""
+    tokens_per_month: int | None = Field(None, ge=1)
+    """Tokens (prompt + completion) in any sliding 30 days."""
+    max_concurrent: int | None = Field(None, ge=1)
+    """Requests and streams of this key in flight at once, across every replica."""
+
+
+KEY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+class KeyConfig(_Model):
+    """A named client key: its name is what metrics, logs and ``/admin/usage`` show, never the
+    key itself."""
+
+    name: str
+    """Letters, digits, ``.``, ``_`` and ``-`` (at most 64): a metric label and a store key."""
+    key: str
+    """The secret the client presents, as an ``auth.api_keys`` key is presented."""
+    routes: list[str] | None = None
+    """Route paths this key may use (absent: every route); any other answers 403."""
+    limits: KeyLimits | None = None
+    """Absent: the key is only named (metrics and logs), and never touches the limits store."""
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not KEY_NAME.fullmatch(v):
+            raise ValueError("must be 1 to 64 letters, digits, '.', '_' or '-', starting with a "
+                             "letter or digit")
+        return v
+
+    @field_validator("routes")
+    @classmethod
+    def _routes(cls, v: list[str] | None) -> list[str] | None:
+        return None if v is None else [p.rstrip("/") or "/" for p in v]
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("the key is empty (is its environment variable set?)")
+        return v
+
+
 class AuthConfig(_Model):
     """Client authentication."""
 
     api_keys: list[str] = []
     """When set, every route requires ``Authorization: Bearer <key>`` or ``api-key: <key>``."""
+    keys: list[KeyConfig] = []
+    """Named keys, accepted wherever ``api_keys`` are, each with optional route allow-list and
+    limits."""
 
     @field_validator("api_keys")
     @classmethod
     def _no_blank(cls, v: list[str]) -> list[str]:
         if any(not k.strip() for k in v):
             raise ValueError("an API key is empty (is its environment variable set?)")
+        return v
+
+    @model_validator(mode="after")
+    def _distinct(self) -> AuthConfig:
+        names: set[str] = set()
+        secrets = set(self.api_keys)
+        for i, k in enumerate(self.keys):
+            if k.name in names:
+                raise ValueError(f"keys[{i}]: the name {k.name!r} is used twice")
+            if k.key in secrets:
+                raise ValueError(f"keys[{i}] ({k.name}): its key is already another key's")
+            names.add(k.name)
+            secrets.add(k.key)
+        return self
+
+    @cached_property
+    def accepted_keys(self) -> tuple[str, ...]:
+        """Every key a client may present: ``api_keys`` and the named keys' (a frozen model's
+        answer never changes)."""
+        return (*self.api_keys, *(k.key for k in self.keys))
+
+    @cached_property
+    def limited(self) -> bool:
+        """Some named key has ``limits`` (the limits store is in use)."""
+        return any(k.limits is not None for k in self.keys)
+
+
+class LimitsConfig(_Model):
+    """Where the named keys' limits and usage are counted (docs/operations.md#keys-with-limits)."""
+
+    store: str = "memory"
+    """``memory`` (this process only; with ``--workers N`` each worker counts its own) or
+    ``redis://host:6379/0`` (``rediss://`` for TLS): every replica shares the counters."""
+    on_store_error: Literal["allow", "deny"] = "allow"
+    """While the store cannot be reached: ``allow`` admits requests unlimited, ``deny`` answers
+    them 503."""
+    default_output_tokens: int = Field(1024, ge=1)
+    """The output a request reserves when it names no maximum of its own."""
+    timeout: Seconds = 2.0
+    """Bound on connecting to the store and on each answer of it; past it the store counts as
+    unreachable. Redis answers in a millisecond, but a process serving a burst reads its
+    answers late: a bound near its event loop's lag would call a busy process's store
+    unreachable."""
+    retry_interval: Seconds = 1.0
+    """After a store failure, how long requests get ``on_store_error`` before the store is asked
+    again."""
+    pool_size: int = Field(32, ge=1, le=1000)
+    """Most store connections one gateway process holds open."""
+    lease: Seconds = 600.0
+    """The longest one request holds its ``max_concurrent`` slot: a replica that dies with
+    requests in flight frees their slots after this."""
+
+    @field_validator("store")
+    @classmethod
+    def _store(cls, v: str) -> str:
+        if v == "memory":
+            return v
+        from urllib.parse import urlsplit
+
+        try:
+            u = urlsplit(v)
+            u.port  # noqa: B018 (read for its check: a port that is no number raises)
+        except ValueError as e:
+            raise ValueError(f"not a store URL: {e}") from None
+        if u.scheme not in ("redis", "rediss"):
+            raise ValueError("must be 'memory' or a redis://host:port/db URL")
+        if not u.hostname:
+            raise ValueError("the redis URL names no host")
+        db = u.path.lstrip("/")
+        if db and not db.isdigit():
+            raise ValueError(f"the redis database must be a number, not {db!r}")
         return v
 
 
@@ -613,6 +749,8 @@ class GatewayConfig(_Model):
     responses_store: ResponsesStoreConfig | None = None
     """Stored responses kept by the gateway (absent: none; a route's ``responses_state:
     gateway`` needs it)."""
+    limits: LimitsConfig = LimitsConfig()
+    """Where the named keys' limits are counted (``auth.keys``)."""
 
     @model_validator(mode="after")
     def _references(self) -> GatewayConfig:
@@ -621,6 +759,13 @@ class GatewayConfig(_Model):
             problems.extend((f"routes[{i}].responses_state", "gateway needs a responses_store "
                              "section (where the gateway keeps them)")
                             for i, r in enumerate(self.routes) if r.responses_state == "gateway")
+        paths = {route.path for route in self.routes}
+        for i, key in enumerate(self.auth.keys):
+            for j, path in enumerate(key.routes or ()):
+                if path not in paths:
+                    problems.append((f"auth.keys[{i}].routes[{j}]",
+                                     f"no route serves {path} (routes: "
+                                     f"{', '.join(sorted(paths))})"))
         if self.history is not None:
             served = {p: i for i, route in enumerate(self.routes)
                       for p in self.served_paths(route)}

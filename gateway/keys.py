@@ -17,10 +17,11 @@ from gateway.upstream import Transport
 from gateway.worker_status import WorkerFacts
 
 if TYPE_CHECKING:
+    from gateway.limits import Limits
     from gateway.tracing import Tracing
 
-__all__ = ["BALANCER", "CLOCK", "ENV", "LOG", "METRICS", "RECENT", "RELOADER", "RUNTIME", "TRACING",
-           "TRANSPORT", "WORKER", "RuntimeHolder"]
+__all__ = ["BALANCER", "CLOCK", "ENV", "LIMITS", "LOG", "METRICS", "RECENT", "RELOADER", "RUNTIME",
+           "TRACING", "TRANSPORT", "WORKER", "RuntimeHolder"]
 
 
 class RuntimeHolder:
@@ -48,3 +49,5 @@ Reloader = Callable[[], Awaitable[list[tuple[str, str]]]]
 RELOADER: web.AppKey[Reloader] = web.AppKey("reloader")
 TRACING: web.AppKey[Tracing | None] = web.AppKey("tracing")
 """OpenTelemetry when tracing is on (:mod:`gateway.tracing`), else ``None``."""
+LIMITS: web.AppKey[Limits] = web.AppKey("limits")
+"""The named keys' limits and usage (:mod:`gateway.limits`), opened with the app."""

@@ -116,6 +116,24 @@ class Metrics:
         self.config_reloads = Family(Counter(
             "gateway_config_reloads_total", "Config reloads by result (ok, invalid).",
             ["result"], registry=r), counts)
+        self.key_requests = Family(Counter(
+            "gateway_key_requests_total",
+            "Requests of each named key (auth.keys), by route and final HTTP status.",
+            ["key", "route", "status"], registry=r), counts)
+        self.key_tokens = Family(Counter(
+            "gateway_key_tokens_total",
+            "Tokens each named key used (prompt, completion; estimated: the part of those that "
+            "no answer reported and the gateway estimated).", ["key", "kind"], registry=r),
+            counts)
+        self.key_limited = Family(Counter(
+            "gateway_key_limited_total",
+            "Requests of each named key refused by a limit (requests_per_minute, "
+            "tokens_per_minute, tokens_per_day, tokens_per_month, max_concurrent, "
+            "store_unavailable).", ["key", "limit"], registry=r), counts)
+        self.limits_store_errors = Family(Counter(
+            "gateway_limits_store_errors_total",
+            "Calls to the limits store that failed (admit, settle, usage); while it fails, "
+            "limits.on_store_error decides.", ["op"], registry=r), counts)
         self.connections_closed = Family(Counter(
             "gateway_client_connections_closed_total",
             "Client connections the gateway closed at its edge, by reason: header_timeout, "

@@ -103,7 +103,7 @@ class ModelList:
         started = time.perf_counter()
         request_id = request_id_of(request)
         dialect, names = self.group_for(request)
-        keys = config.auth.api_keys
+        keys = config.auth.accepted_keys
         if request.method not in ("GET", "HEAD"):
             response = error_response(dialect, ChatError(
                 405, f"{request.method} is not allowed here; use GET",
@@ -185,7 +185,7 @@ class ModelInfoEndpoint:
         started = time.perf_counter()
         request_id = request_id_of(request)
         dialect = get(self.dialect)
-        keys = config.auth.api_keys
+        keys = config.auth.accepted_keys
         if request.method != "POST":
             response = error_response(dialect, ChatError(
                 405, f"{request.method} is not allowed here; use POST",

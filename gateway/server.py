@@ -146,6 +146,13 @@ def run_server(config: GatewayConfig, config_path: str, host: str, port: int, wo
     if workers <= 1:
         _run(serve_forever(config, config_path, host, port), factory)
         return 0
+    if config.auth.limited and config.limits.store == "memory":
+        # Said once, by the supervisor, before any worker counts anything.
+        get_logger().warning(
+            "limits_per_worker", workers=workers,
+            note=f"limits.store is memory: each of the {workers} workers counts its own limits, "
+                 "so a key may get up to that many times its limits; set limits.store to a "
+                 "redis:// URL to share them")
     return _supervise(config_path, host, port, workers, log_format, loop)
 
 

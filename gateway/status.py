@@ -21,7 +21,7 @@ from aiohttp import web
 
 from gateway import status_page
 from gateway.history.keys import HISTORY
-from gateway.keys import CLOCK, LOG, METRICS, RECENT, RUNTIME, WORKER
+from gateway.keys import CLOCK, LIMITS, LOG, METRICS, RECENT, RUNTIME, WORKER
 from gateway.log import redact_url
 from gateway.traffic import HISTORY_SECONDS, STEP_SECONDS, SUMMARY_SECONDS, WindowData
 from gateway.worker_status import (
@@ -94,6 +94,9 @@ async def status_data(app: web.Application) -> dict[str, Any]:
         "routes": routes,
         "upstreams": upstreams,
         **({"history": app[HISTORY].status()} if HISTORY in app else {}),
+        # the named keys' usage, from the limits store (shared by the replicas on Redis)
+        **({"keys": await app[LIMITS].status_rows(runtime.config)}
+           if runtime.config.auth.keys and LIMITS in app else {}),
     }
 
 

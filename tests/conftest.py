@@ -1,6 +1,7 @@
 """Shared test setup: hypothesis profiles (``HYPOTHESIS_PROFILE=fuzz`` for the nightly size),
 the ``fakes`` fixture (in-process fake upstreams, closed after the test), the history stores
-(``store``: SQLite, and a real PostgreSQL from ``pg.py``), and the fixture dialect, registered
+(``store``: SQLite, and a real PostgreSQL from ``pg.py``), a real Redis (``redis_server``, the
+limits' shared store), and the fixture dialect, registered
 here so that every test that iterates the registry runs it too."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from fakes import Fakes
 from history_support import StoreUnderTest, pg_store, sqlite_store
 from hypothesis import HealthCheck, settings
 from pg import PostgresServer
+from redis_server import RedisServer
 
 from gateway.dialects import register
 
@@ -42,6 +44,14 @@ async def fakes() -> AsyncIterator[Fakes]:
 def postgres() -> Iterator[PostgresServer]:
     """One real PostgreSQL server for the session; each test takes a fresh database of it."""
     server = PostgresServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_server() -> Iterator[RedisServer]:
+    """A real Redis of the test's own (the limits' shared store), empty, on a free port."""
+    server = RedisServer().start()
     yield server
     server.stop()
 

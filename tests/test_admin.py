@@ -27,7 +27,7 @@ from gateway.app import create_app
 from gateway.config import parse_config
 from gateway.upstream import MemoryResponse, MemoryTransport, UpstreamRequest
 
-ADMIN_GETS = ("/metrics", "/api/status", "/", "/static/status.css")
+ADMIN_GETS = ("/metrics", "/api/status", "/", "/static/status.css", "/admin/usage")
 KEY = "k-admin-1"
 ANY = dialect_at(1)  # the route's dialect does not matter here
 

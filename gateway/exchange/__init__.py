@@ -34,6 +34,7 @@ from gateway.traffic import RecentTraffic
 from gateway.upstream import Transport
 
 if TYPE_CHECKING:
+    from gateway.limits import Limits
     from gateway.tracing import Tracing
 
 __all__ = ["Env", "SinkFactory", "error_response", "serve", "unrouted"]
@@ -54,6 +55,9 @@ class Env:
     """How each answer is written (:mod:`.sink`); a test passes one that watches or fails."""
     responses: KeptStore | None = None
     """Stored responses kept by the gateway (``responses_store``), when configured."""
+    limits: Limits | None = None
+    """The named keys' limits and usage (:mod:`gateway.limits`); reached only when the config
+    has ``auth.keys``."""
 
 
 async def serve(request: ClientRequest, env: Env, runtime: Runtime,
@@ -71,12 +75,16 @@ async def serve(request: ClientRequest, env: Env, runtime: Runtime,
     inflight.inc()
     stream, disconnected = False, False
     model: str | None = None
+    grant = (env.limits.grant(request, runtime.config)
+             if env.limits is not None and runtime.config.auth.keys else None)
     try:
         try:
             keep = Keep(runtime, env.responses, env.log, request_id) \
                 if entry.responses_state is not None else None  # (most routes: nothing built)
             req, keeping = await read_chat_request(request, entry, runtime.config, keep)
             stream, model = req.stream, req.model
+            if grant is not None:
+                await grant.admit(entry, req, answerer)
             if keeping is not None:  # the finished answer is kept before it goes out
                 sink = answerer.sink = keeping.sink(sink, entry)
             ctx = AttemptContext(
@@ -108,9 +116,11 @@ async def serve(request: ClientRequest, env: Env, runtime: Runtime,
         raise asyncio.CancelledError from None
     finally:
         inflight.dec()
-        record(outcome_of(entry, request_id, started, answerer, attempts, stream, disconnected,
-                          request, runtime, model, trace),
-               env.metrics, env.log, env.recent)
+        outcome = outcome_of(entry, request_id, started, answerer, attempts, stream,
+                             disconnected, request, runtime, model, trace)
+        if grant is not None:
+            grant.settle(outcome)
+        record(outcome, env.metrics, env.log, env.recent)
 
 
 def _headers_for(request: ClientRequest, runtime: Runtime, request_id: str) -> Any:

@@ -58,7 +58,7 @@ async def read_chat_request(request: ClientRequest, entry: RouteEntry, config: G
     if request.method != "POST":
         raise Refused(ChatError(405, f"{request.method} is not allowed here; use POST",
                                 code="METHOD_NOT_ALLOWED"), {"Allow": "POST, OPTIONS"})
-    keys = config.auth.api_keys
+    keys = config.auth.accepted_keys
     if keys and accepted_key(request, keys) is None:
         raise Refused(ChatError(401, "a valid API key is required", code="UNAUTHORIZED",
                                 type="authentication_error"))

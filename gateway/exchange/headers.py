@@ -27,7 +27,7 @@ def upstream_headers(request: ClientRequest, config: GatewayConfig, up: Upstream
         headers["Accept"] = dialect.stream_accept
     # The client's credentials go on only when the gateway does not check keys itself (then
     # they are the gateway's) and the upstream has none of its own.
-    if not config.auth.api_keys and not up.has_own_credentials:
+    if not config.auth.accepted_keys and not up.has_own_credentials:
         for name in _CLIENT_KEY:
             value = request.headers.get(name)
             if value:

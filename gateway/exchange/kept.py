@@ -309,7 +309,7 @@ class StoredRoute:
         if request.method not in allow.split(", "):
             raise Refusal(ChatError(405, f"{request.method} is not allowed here; use {allow}",
                                     code="METHOD_NOT_ALLOWED"))
-        keys = runtime.config.auth.api_keys
+        keys = runtime.config.auth.accepted_keys
         if keys and accepted_key(request, keys) is None:
             raise Refusal(ChatError(401, "a valid API key is required", code="UNAUTHORIZED",
                                     type="authentication_error"))

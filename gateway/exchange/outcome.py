@@ -101,6 +101,8 @@ class Outcome:
     trace: RequestTrace | None = None
     """The request's spans while tracing is on (:mod:`gateway.tracing`), ended by
     :func:`record`."""
+    key: str | None = None
+    """The name of the named key (``auth.keys``) the request presented: never the key."""
 
 
 def outcome_of(entry: RouteEntry, request_id: str, started: float, answerer: Answerer,
@@ -163,7 +165,8 @@ def record(o: Outcome, metrics: Metrics, log: Any, recent: RecentTraffic | None)
             attempts=[f"{a.upstream}:{a.outcome}" for a in o.attempts] or None, error=o.error,
             client_disconnected=o.disconnected, dropped=list(o.dropped) or None,
             client=o.client, user_agent=o.user_agent, request_bytes=o.request_bytes,
-            response_bytes=o.response_bytes, trace_id=o.trace.trace_id if o.trace else None)
+            response_bytes=o.response_bytes, trace_id=o.trace.trace_id if o.trace else None,
+            key=o.key)
     elif info:
         log.info("access", request_id=o.request_id, route=None if o.route == NONE else o.route,
                  path=o.path, method=o.method,

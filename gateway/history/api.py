@@ -193,7 +193,7 @@ _MESSAGES: dict[str, Operation] = {"GET": _messages, "PUT": _put}
 def _owner(request: web.Request) -> str | None:
     """``''`` when the gateway has no keys; else the SHA-256 of the client's key (the store
     never sees a key); ``None``: no valid key."""
-    keys = request.app[RUNTIME].current.config.auth.api_keys
+    keys = request.app[RUNTIME].current.config.auth.accepted_keys
     if not keys:
         return ""
     key = accepted_key(request, keys)
