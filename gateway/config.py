@@ -449,7 +449,7 @@ class UpstreamConfig(_Model):
 CustomTools = Literal["native", "function"]
 GovernedField = Literal["default", "tools", "hosted_tools", "tool_choice", "tool_calls",
                         "tool_results", "images", "content_parts", "reasoning",
-                        "reasoning_effort", "structured_output"]
+                        "reasoning_effort", "structured_output", "options"]
 """The keys of a per-field ``on_unsupported``: :data:`gateway.carry.GOVERNED`, and ``default``."""
 
 
@@ -780,8 +780,9 @@ class GatewayConfig(_Model):
         def under(p: str) -> bool:
             return p == path or p.startswith(path + "/")
 
-        out = [("history.path", f"{path} would shadow the gateway's own {p}")
-               for p in sorted(RESERVED_PATHS) if p != "/" and under(p)]
+        own = [p for p in sorted(RESERVED_PATHS) if p != "/" and under(p)]
+        out = [("history.path", f"{path} would shadow the gateway's own {', '.join(own)}")] \
+            if own else []
         out += [("history.path", f"{path} would shadow routes[{i}] ({p})")
                 for p, i in routes.items() if under(p)]
         return out

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from gateway.canonical import ChatRequest, StreamError, StreamEvent, TextDelta
+from gateway.canonical import ChatRequest, StreamError, StreamEvent, StreamStart, TextDelta
 from gateway.carry import Policies
 from gateway.dialects import Dialect
 from gateway.framing import Payload, Slot, SniffingReader, TextRun, named, slot_payload
@@ -165,7 +165,11 @@ class TemplateDecoding(StreamDecoding):
         # template that follows it (the dialect's promise, with ``text_path``), until another
         # payload comes between and may change what it expects. If it did not, the template is
         # not one of text frames: every frame is parsed from now on.
-        self._text_alone = len(events) == 1 and _text_alone(events[0], payload.text)
+        # A decoder that holds its start until the first content (to send sources that come
+        # before the text with it) releases it with that frame: the frames after it are still
+        # text alone.
+        self._text_alone = bool(events) and _text_alone(events[-1], payload.text) and all(
+            type(e) is StreamStart for e in events[:-1])
         if not self._text_alone:
             self._reader.drop_template()
         return events

@@ -20,7 +20,7 @@ from gateway.canonical import (
     ToolCall,
     Usage,
 )
-from gateway.dialects import DIALECTS, Dialect
+from gateway.dialects import DIALECTS, Dialect, routes_by_prefix
 from gateway.dialects.stored import stored_responses_of
 from gateway.framing import encoder_for
 from gateway.pipeline import events_from_response
@@ -84,8 +84,9 @@ class ScriptedUpstream:
     script: Callable[[ChatRequest], ChatResponse] = tool_then_text
     seen: list[ChatRequest] = field(default_factory=list)
     bodies: list[Any] = field(default_factory=list)
-    cut_after: int | None = None
-    """Streams: drop the connection after this many frames."""
+    cut_after_text: bool = False
+    """Streams: drop the connection right after the frame that carries the answer's text (the
+    client has seen the answer begin; its finish never comes)."""
     server: TestServer | None = None
 
     @property
@@ -99,7 +100,10 @@ class ScriptedUpstream:
         app.router.add_post(path, self._handle)
         if self.dialect.stream_path:
             app.router.add_post(path.rstrip("/") + self.dialect.stream_path, self._handle)
-        app.router.add_route("*", path + "/{rest:.+}", self._kept)  # its own stored answers
+        if routes_by_prefix(self.dialect):  # the model and the method follow the path
+            app.router.add_post(path.rstrip("/") + "/{rest:.+}", self._handle)
+        else:
+            app.router.add_route("*", path + "/{rest:.+}", self._kept)  # its stored answers
         self.server = TestServer(app, host="127.0.0.1")
         await self.server.start_server()
         return self
@@ -121,7 +125,11 @@ class ScriptedUpstream:
         self.seen.append(req)
         if req.messages and FAIL in req.messages[-1].text:
             return web.json_response(self.dialect.samples.error, status=400)
-        stream = req.stream or bool(self.dialect.stream_path and request.path.endswith(
+        target = self.dialect.read_target(  # type: ignore[attr-defined]
+            request.match_info["rest"], "POST", dict(request.query)) \
+            if routes_by_prefix(self.dialect) else None
+        stream = bool(target and target.stream) or req.stream or bool(
+            self.dialect.stream_path and request.path.endswith(
             self.dialect.stream_path)) or (self.dialect.stream_by_accept and "text/event-stream"
                                            in request.headers.get("Accept", ""))
         answer = self.script(req)
@@ -131,14 +139,13 @@ class ScriptedUpstream:
         out = web.StreamResponse(headers={"Content-Type": self.dialect.stream_content_type})
         await out.prepare(request)
         encoder, frame = self.dialect.encoder(req), encoder_for(self.dialect.framing)
-        sent = 0
         for event in events_from_response(answer):
             for payload in encoder.encode(event):
-                if self.cut_after is not None and sent >= self.cut_after:
+                data = frame(payload)
+                await out.write(data)
+                if self.cut_after_text and b"heard" in data:
                     assert request.transport is not None
                     request.transport.abort()
                     return out
-                await out.write(frame(payload))
-                sent += 1
         await out.write_eof()
         return out

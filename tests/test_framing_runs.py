@@ -300,8 +300,9 @@ def _stream(d: Dialect, texts: list[str]) -> list[bytes]:
 
 
 _OWN = re.compile(rb'[0-9a-f]{24,}|\d{4}-\d\d-\d\dT[\d:.]+Z|(?<="created":)\d+'
-                  rb'|(?<="created_at":)\d+')
-"""What an encoder writes of its own in an error event (a new id, the clock)."""
+                  rb'|(?<="created_at":)\d+|(?<=_duration":)\d+')
+"""What an encoder writes of its own in an error event (a new id, the clock, durations it
+measured)."""
 
 
 def _identity(d: Dialect, reads: list[bytes], runs: bool, abort_at: int | None = None) -> Any:

@@ -208,7 +208,7 @@ async def test_a_streamed_answer_is_kept_as_it_completed(rig: Rig, upstream: str
 @each_upstream
 async def test_a_cut_stream_is_not_kept(rig: Rig, upstream: str,
                                         store: StoreUnderTest) -> None:
-    rig.upstreams[upstream].cut_after = 3
+    rig.upstreams[upstream].cut_after_text = True
     async with rig.client(upstream) as client:
         stream = await client.responses.create(model="m", input="cut", stream=True)
         events = []

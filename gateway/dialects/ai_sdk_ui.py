@@ -59,6 +59,7 @@ from gateway.canonical import (
     Part,
     Reasoning,
     ReasoningDelta,
+    ReasoningRequest,
     StreamError,
     StreamEvent,
     StreamFinish,
@@ -105,7 +106,8 @@ META = "chat-gateway"
 _DONE = b"[DONE]"
 _ROLES = frozenset({"system", "user", "assistant"})
 _REQUEST_KEYS = frozenset({"messages", "model", "temperature", "maxOutputTokens", "tools",
-                           "toolChoice", "sessionState"})
+                           "toolChoice", "sessionState", "reasoningEffort",
+                           "reasoningBudgetTokens"})
 _MESSAGE_KEYS = frozenset({"role", "parts"})
 _FINISH_IN = {"tool-calls": "tool_calls", "content-filter": "content_filter"}
 _FINISH_OUT = {"tool_calls": "tool-calls", "content_filter": "content-filter"}
@@ -176,6 +178,20 @@ def _usage_in(metadata: JSON) -> Usage | None:
                   cached_input_tokens=_int(u.get("cachedInputTokens")),
                   reasoning_tokens=_int(u.get("reasoningTokens")))
     return None if usage.total_tokens is None else usage
+
+
+def _parse_reasoning(obj: dict[str, JSON]) -> ReasoningRequest | None:
+    """The transport body's ``reasoningEffort`` (OpenAI's effort names, as the AI SDK's
+    ``providerOptions`` spell them) and ``reasoningBudgetTokens`` (a thinking budget): the UI
+    protocol has no reasoning settings of its own, so a route handler reads these keys."""
+    effort, budget = obj.get("reasoningEffort"), obj.get("reasoningBudgetTokens")
+    if effort is not None and not isinstance(effort, str):
+        raise DialectError("must be a string", "reasoningEffort")
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int)):
+        raise DialectError("must be an integer", "reasoningBudgetTokens")
+    if effort is None and budget is None:
+        return None
+    return ReasoningRequest(effort=effort, budget_tokens=budget, enabled=effort != "none")
 
 
 # --- reasoning's provider metadata ---------------------------------------------------------------
@@ -613,6 +629,7 @@ class AISDKUIDialect(SamplesFromPackage):
                 raise DialectError("must be a number", key)
             sampling[canonical] = value
         hints: dict[str, JSON] = {}
+        reasoning = _parse_reasoning(obj)
         if "sessionState" in obj:
             state, hints["session_at"] = obj["sessionState"], "body"
         elif found:
@@ -629,6 +646,7 @@ class AISDKUIDialect(SamplesFromPackage):
             sampling=sampling,
             tools=_parse_tools(obj.get("tools")),
             tool_choice=_parse_tool_choice(obj.get("toolChoice")),
+            reasoning=reasoning,
             # "stream" stays in extras so that a same-dialect render keeps an explicit false
             extras=split_known(obj, _REQUEST_KEYS),
             extras_dialect=NAME,
@@ -663,6 +681,13 @@ class AISDKUIDialect(SamplesFromPackage):
             c = req.tool_choice
             out["toolChoice"] = {"type": "tool", "toolName": c.name} if c.mode == "tool" \
                 else c.mode
+        if req.reasoning is not None:
+            r = req.reasoning
+            effort = r.effort or (None if r.enabled else "none")
+            if effort is not None:
+                out["reasoningEffort"] = effort
+            if r.budget_tokens is not None:
+                out["reasoningBudgetTokens"] = r.budget_tokens
         if req.session_state is not None and not (same and req.hints.get("session_at") ==
                                                   "part"):
             out["sessionState"] = req.session_state
