@@ -1,0 +1,371 @@
+"""Each dialect's documented request fields, and where each goes on a route to another dialect.
+
+One table per dialect, ``gateway/dialects/fields/<dialect>.yaml`` (a dialect shipped elsewhere
+sets ``field_table`` on its class to a :class:`FieldTable`, e.g. from :func:`load_table`). It
+lists every request field the dialect's official API reference documents, nested ones included
+where they matter (a tool's ``defer_loading``, a content block's ``cache_control``), each checked
+against the reference and the SDK types named under ``sources``. The gateway reads it at run time
+to account for every field a client sends (:func:`losses`), and
+tests/test_field_walk.py walks every field of every table through every upstream dialect of the
+registry.
+
+The format::
+
+    dialect: <name>
+    sources: {<what>: <where>}   # the references the entries were checked against
+    base: {...}                  # a small valid request; the test adds each field to it
+    carries: [<place>, ...]      # places the renderer writes that no field of its own reads
+    reads_only: [<place>, ...]   # places its fields are read into that it never writes for a
+                                 # client of another dialect
+    fields:
+      <path>:
+        to: <place>              # mapped: the canonical place it is read into (see PLACES);
+                                 # absent: kept only for an upstream of the same dialect
+        lost: report | policy    # when the upstream cannot carry it: ``report`` (the default):
+                                 # left out and reported whatever the route's policy;
+                                 # ``policy``: the route's on_unsupported decides (reject: a
+                                 # 400 naming it; drop: left out and reported)
+        default: <value>         # a value that asks for nothing (the API's default): no loss
+        sample: <value>          # a valid value (the test sets it at <path>), or
+        request: {...}           # the request fragment that holds a nested field
+        feature: <name>          # taken up by a feature still under way; until it lands the
+                                 # field may be refused at parsing (a 400 naming it)
+        note: <why>
+
+A path is dot-separated keys; ``key[]`` is each element of the list at ``key`` (or the one
+object there), ``key[type=x]`` only the elements whose ``type`` is ``x``; a path that ends in a
+selector names the elements themselves. A field is *present* when its path holds a value that is
+not ``null`` (nor its ``default``); a field whose parts have entries of their own (``context``
+and ``context.overrides.top``) is present when it holds keys beyond those parts.
+
+Places (``to``):
+
+- ``messages``, ``stream``, ``answer``: every dialect carries them (``answer``: the field shapes
+  the client's own answer, such as ``stream_options.include_usage``; nothing goes upstream).
+- The capabilities (``tools``, ``tool_choice``, ``tool_calls``, ``tool_results``, ``images``,
+  ``content_parts``, ``reasoning``, ``structured_output``, ``session_state``): accounted by
+  :mod:`gateway.carry` under those names, as each dialect's :class:`Capabilities` declares.
+- Any other place (``model``, ``context``, ``message.name``, ``sampling.<key>``...): carried to
+  an upstream whose table reads some field into it (or lists it under ``carries``), else lost
+  under the client's path, as ``lost`` says.
+
+Undocumented top-level keys are lost under their own path (reported); in the metric's label they
+are ``undocumented`` (the label's values stay bounded).
+
+The contract the field-walk test holds every table to: for each field, from a client of its
+dialect to an upstream of each registered dialect, the rendered upstream request differs from
+the one without the field (carried or mapped), or the field's path (or its capability's name) is
+in the losses reported; and on a same-dialect route it is never reported.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from importlib.resources.abc import Traversable
+from typing import Any, Literal, Protocol
+
+import yaml
+
+from gateway.canonical import JSON, ChatRequest
+
+__all__ = ["ALWAYS", "CAPABILITY_PLACES", "Field", "FieldTable", "Use", "governed", "load_table",
+           "losses", "metric_label", "table_of", "uses"]
+
+ALWAYS = frozenset({"messages", "stream", "answer"})
+"""Places every dialect carries."""
+CAPABILITY_PLACES = frozenset({
+    "tools", "tool_choice", "tool_calls", "tool_results", "images", "content_parts",
+    "reasoning", "structured_output", "session_state"})
+"""Places accounted by the dialects' declared capabilities (:mod:`gateway.carry`)."""
+UNDOCUMENTED = "undocumented"
+"""The metric label of a key no table documents."""
+_MAX_UNDOCUMENTED = 8
+"""Undocumented keys named one by one in a request's losses; the rest are one ``undocumented``."""
+_MAX_KEY = 64
+"""Characters of an undocumented key kept in its reported path."""
+_NO_DEFAULT: Any = object()
+_SELECTOR = re.compile(r"^([^\[\]]+)\[(?:([A-Za-z_]+)=([^\]]+))?\]$")
+
+
+class _HasName(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    """One documented request field of a dialect."""
+
+    path: str
+    to: str | None = None
+    """The canonical place it is read into; ``None``: only an upstream of its own dialect gets
+    it."""
+    lost: Literal["report", "policy"] = "report"
+    default: JSON = _NO_DEFAULT
+    sample: JSON = _NO_DEFAULT
+    request: JSON = None
+    feature: str | None = None
+    note: str | None = None
+
+    @property
+    def has_default(self) -> bool:
+        return self.default is not _NO_DEFAULT
+
+    @property
+    def has_sample(self) -> bool:
+        return self.sample is not _NO_DEFAULT
+
+
+@dataclass(frozen=True, slots=True)
+class _Step:
+    key: str
+    each: bool
+    """``key[]`` / ``key[k=v]``: the elements of a list."""
+    match: tuple[str, str] | None = None
+
+
+@dataclass(slots=True)
+class _Node:
+    """One level of the compiled table: what to look for under a key."""
+
+    children: dict[str, list[tuple[_Step, _Node]]] = field(default_factory=dict)
+    fields: list[Field] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class FieldTable:
+    """A dialect's documented request fields (the module docstring has the format)."""
+
+    dialect: str
+    fields: dict[str, Field]
+    sources: dict[str, str] = field(default_factory=dict)
+    base: JSON = None
+    carries: frozenset[str] = frozenset()
+    places: frozenset[str] = frozenset()
+    """Every place an upstream of this dialect is sent: its fields' and :attr:`carries`, but
+    ``reads_only``."""
+    _root: _Node = field(default_factory=_Node, repr=False, compare=False)
+
+    @property
+    def top_level(self) -> frozenset[str]:
+        return frozenset(self._root.children)
+
+
+def _steps(path: str) -> list[_Step]:
+    out: list[_Step] = []
+    for part in path.split("."):
+        m = _SELECTOR.match(part)
+        if m is None:
+            out.append(_Step(part, False))
+        else:
+            key, k, v = m.groups()
+            out.append(_Step(key, True, (k, v) if k else None))
+    return out
+
+
+def _compile(fields: dict[str, Field]) -> _Node:
+    root = _Node()
+    for f in fields.values():
+        node = root
+        for step in _steps(f.path):
+            branches = node.children.setdefault(step.key, [])
+            for s, child in branches:
+                if s == step:
+                    node = child
+                    break
+            else:
+                child = _Node()
+                branches.append((step, child))
+                node = child
+        node.fields.append(f)
+    return root
+
+
+def load_table(text: str) -> FieldTable:
+    """A table from its YAML text."""
+    raw = yaml.safe_load(text)
+    if not isinstance(raw, dict) or not isinstance(raw.get("dialect"), str):
+        raise ValueError("a field table is a mapping with a dialect name")
+    fields: dict[str, Field] = {}
+    for path, spec in (raw.get("fields") or {}).items():
+        spec = spec or {}
+        lost = spec.get("lost", "report")
+        if lost not in ("report", "policy"):
+            raise ValueError(f"{path}: lost must be report or policy, not {lost!r}")
+        fields[path] = Field(
+            path, to=spec.get("to"), lost=lost, default=spec.get("default", _NO_DEFAULT),
+            sample=spec.get("sample", _NO_DEFAULT), request=spec.get("request"),
+            feature=spec.get("feature"), note=spec.get("note"))
+    carries = frozenset(raw.get("carries") or ())
+    places = (frozenset(f.to for f in fields.values() if f.to is not None) | carries) \
+        - frozenset(raw.get("reads_only") or ())
+    return FieldTable(raw["dialect"], fields, dict(raw.get("sources") or {}), raw.get("base"),
+                      carries, places, _compile(fields))
+
+
+@cache
+def _packaged(name: str) -> FieldTable | None:
+    entry: Traversable = resources.files("gateway.dialects.fields").joinpath(f"{name}.yaml")
+    if not entry.is_file():
+        return None
+    table = load_table(entry.read_text(encoding="utf-8"))
+    if table.dialect != name:
+        raise ValueError(f"fields/{name}.yaml names the dialect {table.dialect!r}")
+    return table
+
+
+def table_of(dialect: _HasName) -> FieldTable | None:
+    """The dialect's table: its own ``field_table``, else the one shipped here under its
+    name, else ``None``."""
+    own = getattr(dialect, "field_table", None)
+    if isinstance(own, FieldTable):
+        return own
+    return _packaged(dialect.name)
+
+
+# --- what a request holds ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Use:
+    """A field a request holds: its path, and its table entry (``None``: undocumented)."""
+
+    path: str
+    field: Field | None
+
+
+def _present(value: JSON, f: Field) -> bool:
+    return value is not None and not (f.has_default and value == f.default)
+
+
+def _elements(value: JSON, step: _Step) -> list[JSON]:
+    items = value if isinstance(value, list) else [value]
+    if step.match is None:
+        return [v for v in items if v is not None]
+    k, want = step.match
+    return [v for v in items if isinstance(v, dict) and v.get(k) == want]
+
+
+def _own(value: JSON, node: _Node) -> bool:
+    """Whether a field whose table also documents parts of it holds more than those parts
+    (``context`` beyond its ``overrides``): those parts are accounted one by one."""
+    if not node.children or not isinstance(value, dict):
+        return True
+    return any(k not in node.children and v is not None for k, v in value.items())
+
+
+def _walk(node: _Node, obj: JSON, found: dict[str, Field]) -> None:
+    """Add to ``found`` the fields under ``node`` that ``obj`` holds (each path once)."""
+    if not isinstance(obj, dict):
+        return
+    for key, branches in node.children.items():
+        value = obj.get(key)
+        if value is None:
+            continue
+        for step, child in branches:
+            if step.each:
+                items = _elements(value, step)
+                if not items:
+                    continue
+                for f in child.fields:  # a path that ends in a selector: the elements
+                    if f.path not in found and any(_present(v, f) for v in items):
+                        found[f.path] = f
+                if child.children:
+                    for v in items:
+                        _walk(child, v, found)
+            else:
+                for f in child.fields:
+                    if f.path not in found and _present(value, f) and _own(value, child):
+                        found[f.path] = f
+                if child.children:
+                    _walk(child, value, found)
+
+
+def uses(table: FieldTable, body: JSON) -> list[Use]:
+    """The fields ``body`` holds, documented ones by their table path, then the undocumented
+    top-level keys (at most a few by name, then one ``undocumented``)."""
+    found: dict[str, Field] = {}
+    _walk(table._root, body, found)
+    out = [Use(p, f) for p, f in found.items()]
+    if isinstance(body, dict):
+        known = table._root.children
+        extra = [k for k, v in body.items() if k not in known and v is not None]
+        out.extend(Use(k[:_MAX_KEY], None) for k in extra[:_MAX_UNDOCUMENTED])
+        if len(extra) > _MAX_UNDOCUMENTED:
+            out.append(Use(UNDOCUMENTED, None))
+    return out
+
+
+def _request_uses(req: ChatRequest) -> list[Use]:
+    """What the client's request holds, read once from its body (kept on the request)."""
+    if req.field_uses is not None:
+        return req.field_uses
+    table = _table_by_name(req.extras_dialect)
+    if table is None or req.wire is None:
+        # No table, or a request not read from a body: what its dialect kept for itself
+        found = [Use(k[:_MAX_KEY], None) for k, v in req.extras.items()
+                 if v is not None and not k.startswith("_")]
+    else:
+        found = uses(table, req.wire)
+    req.field_uses = found
+    return found
+
+
+def _table_by_name(name: str | None) -> FieldTable | None:
+    if name is None:
+        return None
+    from gateway.dialects import DIALECTS  # (the registry imports the dialects, which import us)
+
+    dialect = DIALECTS.get(name)
+    return table_of(dialect) if dialect is not None else None
+
+
+def losses(req: ChatRequest, target: _HasName) -> list[Use]:
+    """The fields of the client's request that an upstream of ``target``'s dialect does not
+    get, other than what the capabilities account for (:func:`gateway.carry.request_losses`).
+    Nothing on a same-dialect route."""
+    if req.extras_dialect is None or req.extras_dialect == target.name:
+        return []
+    theirs = table_of(target)
+    places = theirs.places if theirs is not None else frozenset()
+    out: list[Use] = []
+    for u in _request_uses(req):
+        f = u.field
+        if f is None or f.to is None:
+            out.append(u)
+        elif f.to in ALWAYS or f.to in CAPABILITY_PLACES:
+            continue
+        elif f.to not in places:
+            out.append(u)
+    return out
+
+
+def governed(lost: list[Use]) -> list[str]:
+    """The paths among ``lost`` whose fate the route's ``on_unsupported`` decides."""
+    return [u.path for u in lost if u.field is not None and u.field.lost == "policy"]
+
+
+@cache
+def _documented(registered: int) -> frozenset[str]:
+    """Every registered table's paths (looked up again when a dialect registers)."""
+    from gateway.dialects import DIALECTS
+
+    paths: set[str] = set()
+    for d in DIALECTS.values():
+        t = table_of(d)
+        if t is not None:
+            paths.update(t.fields)
+    return frozenset(paths)
+
+
+def metric_label(name: str, capability_fields: frozenset[str]) -> str:
+    """``name`` as the ``field`` label of ``gateway_dropped_fields_total``: a capability's
+    name or a documented path as it is, anything else ``undocumented``."""
+    from gateway.dialects import DIALECTS
+
+    if name in capability_fields or name in _documented(len(DIALECTS)):
+        return name
+    return UNDOCUMENTED

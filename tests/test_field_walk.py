@@ -1,0 +1,198 @@
+"""The field walk: every documented request field of every dialect's table
+(gateway/dialects/fields), from a client of that dialect to an upstream of every registered
+dialect, is carried, mapped, or reported: never lost without a word.
+
+For each field the test builds the table's ``base`` request with the field (its ``sample`` at its
+path, or its ``request`` fragment) and the same request without it, translates both (pure: parse,
+the route's policy, render; no sockets), and holds the field to one of:
+
+- **carried or mapped**: the two rendered upstream requests differ (a field that shapes only the
+  client's own answer, ``to: answer``, changes the canonical request instead);
+- **reported**: its path, or the capability it belongs to, is among the request's losses, and
+  under ``on_unsupported: reject`` a field whose table says ``lost: policy`` is refused (a 400
+  naming it) while a reported one never is.
+
+On a same-dialect route a field is always carried and never reported. A field taken up by a
+feature still under way (``feature:``) may instead be refused when its request is read, naming it.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from gateway.carry import Unsupported
+from gateway.dialects import DIALECTS, Dialect
+from gateway.dialects.fields import ALWAYS, CAPABILITY_PLACES, Field, FieldTable, table_of
+from gateway.errors import ParseError
+from gateway.pipeline import translate_request
+
+JSON = Any
+
+
+def _tables() -> list[tuple[Dialect, FieldTable]]:
+    out = []
+    for d in DIALECTS.values():
+        t = table_of(d)
+        assert t is not None, f"{d.name} has no field table (gateway/dialects/fields)"
+        out.append((d, t))
+    return out
+
+
+TABLES = _tables()
+CASES = [pytest.param(d, t, f, id=f"{d.name}:{f.path}") for d, t in TABLES
+         for f in t.fields.values()]
+
+
+# --- building the two requests -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Step:
+    key: str
+    each: bool
+    match: tuple[str, str] | None
+
+
+def _steps(path: str) -> list[_Step]:
+    out = []
+    for part in path.split("."):
+        if part.endswith("]"):
+            key, _, sel = part[:-1].partition("[")
+            k, _, v = sel.partition("=")
+            out.append(_Step(key, True, (k, v) if sel else None))
+        else:
+            out.append(_Step(part, False, None))
+    return out
+
+
+def _with_field(table: FieldTable, f: Field) -> dict[str, JSON]:
+    body: dict[str, JSON] = copy.deepcopy(table.base)
+    if f.request is not None:
+        body.update(copy.deepcopy(f.request))
+        return body
+    assert f.has_sample, f"{table.dialect}: {f.path} has neither sample nor request"
+    steps = _steps(f.path)
+    assert not any(s.each for s in steps), f"{f.path}: a nested field needs a request"
+    at = body
+    for s in steps[:-1]:
+        at = at.setdefault(s.key, {})
+    at[steps[-1].key] = copy.deepcopy(f.sample)
+    return body
+
+
+def _without(obj: JSON, steps: list[_Step]) -> int:
+    """Take the field at ``steps`` out of ``obj``; how many places held it."""
+    if not isinstance(obj, dict) or steps[0].key not in obj:
+        return 0
+    s, rest = steps[0], steps[1:]
+    value = obj[s.key]
+    if not s.each:
+        if not rest:
+            del obj[s.key]
+            return 1
+        return _without(value, rest)
+    items = value if isinstance(value, list) else [value]
+    if s.match is not None:
+        k, v = s.match
+        picked = [x for x in items if isinstance(x, dict) and x.get(k) == v]
+    else:
+        picked = items
+    if not rest:
+        if picked:
+            assert isinstance(value, list), s.key
+            obj[s.key] = [x for x in items if x not in picked]
+        return len(picked)
+    return sum(_without(x, rest) for x in picked)
+
+
+def _requests(table: FieldTable, f: Field) -> tuple[dict[str, JSON], dict[str, JSON]]:
+    with_it = _with_field(table, f)
+    if f.request is None and _without(copy.deepcopy(table.base), _steps(f.path)):
+        # a field the base request needs (messages, input): the base's own value against the
+        # sample's
+        return with_it, copy.deepcopy(table.base)
+    without = copy.deepcopy(with_it)
+    assert _without(without, _steps(f.path)), f"{f.path} is not in its own sample request"
+    return with_it, without
+
+
+# --- the walk ------------------------------------------------------------------------------------
+
+
+def _names(f: Field) -> set[str]:
+    """What a loss of ``f`` is reported as: its path, or the capability it belongs to."""
+    return {f.path} | ({f.to} if f.to in CAPABILITY_PLACES else set())
+
+
+def _translate(body: JSON, client: Dialect, upstream: Dialect,
+               policy: str) -> tuple[Any, JSON, list[str]]:
+    return translate_request(body, client, upstream, policy=policy)  # type: ignore[arg-type]
+
+
+def test_every_registered_dialect_has_a_table_of_known_places() -> None:
+    known = ALWAYS | CAPABILITY_PLACES
+    plain = {p for _, t in TABLES for p in t.places} - known
+    for d, t in TABLES:
+        assert t.dialect == d.name
+        assert t.fields and t.sources, f"{d.name}: no fields, or no sources"
+        d.parse_request(copy.deepcopy(t.base))  # the base request is valid
+        for f in t.fields.values():
+            assert f.has_sample or f.request is not None, f"{d.name}: {f.path} has no sample"
+            assert f.to is None or f.to in known or f.to in plain, f"{d.name}: {f.path}"
+    # every plain place is somewhere carried, or a table would name a place no one writes
+    assert all(any(p in t.places for _, t in TABLES) for p in plain)
+
+
+@pytest.mark.parametrize(("client", "table", "f"), CASES)
+def test_the_field_reaches_every_upstream_or_is_reported(client: Dialect, table: FieldTable,
+                                                         f: Field) -> None:
+    with_it, without = _requests(table, f)
+    names = _names(f)
+    for upstream in DIALECTS.values():
+        where = f"{client.name} -> {upstream.name}: {f.path}"
+        try:
+            req, sent, lost = _translate(with_it, client, upstream, "drop")
+        except ParseError as e:
+            # only a field a feature under way takes up, refused by name when it is read
+            assert f.feature is not None, f"{where}: refused ({e})"
+            assert f.path.split(".")[0].split("[")[0] in str(e.where), where
+            continue
+        base_req, base_sent, _ = _translate(without, client, upstream, "drop")
+        if f.to in _CANONICAL_ONLY:
+            carried = _canonical(req) != _canonical(base_req)
+        else:
+            carried = sent != base_sent
+        reported = bool(names & set(lost))
+        if upstream.name == client.name:
+            assert carried and not reported, f"{where}: not carried on its own dialect"
+            continue
+        assert carried or reported, f"{where}: vanished, unreported"
+        if f.to in CAPABILITY_PLACES:
+            continue  # the capabilities' policy has tests of its own (test_matrix, ...)
+        refused = _refused(with_it, client, upstream)
+        if f.lost == "policy" and f.path in lost:
+            assert f.path in refused, f"{where}: not refused under reject"
+        else:
+            assert f.path not in refused, f"{where}: refused, though only reported"
+
+
+_CANONICAL_ONLY = frozenset({"stream", "answer"})
+"""Places an upstream request need not show: whether to stream is the exchange's to choose
+(by the path, for some dialects), and ``answer`` shapes the client's own answer."""
+
+
+def _canonical(req: Any) -> tuple[Any, ...]:
+    return req.stream, req.hints, req.options
+
+
+def _refused(body: JSON, client: Dialect, upstream: Dialect) -> list[str]:
+    """The fields ``on_unsupported: reject`` refuses the request for (none: it goes on)."""
+    try:
+        _translate(body, client, upstream, "reject")
+    except Unsupported as e:
+        return e.fields
+    return []
