@@ -119,20 +119,23 @@ class Field:
         return self.sample is not _NO_DEFAULT
 
 
-@dataclass(frozen=True, slots=True)
-class _Step:
-    key: str
-    each: bool
-    """``key[]`` / ``key[k=v]``: the elements of a list."""
-    match: tuple[str, str] | None = None
+@dataclass(slots=True)
+class _Node:
+    """One level of the compiled table: the fields a value here is, and what to look for
+    under each key of an object here."""
+
+    fields: list[Field] = field(default_factory=list)
+    keys: dict[str, _Key] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
-class _Node:
-    """One level of the compiled table: what to look for under a key."""
+class _Key:
+    """What to look for at one key: the value itself (``key.…``), each element of a list there
+    (``key[]…``), and the elements whose ``k`` is ``v`` (``key[k=v]…``, by ``k`` then ``v``)."""
 
-    children: dict[str, list[tuple[_Step, _Node]]] = field(default_factory=dict)
-    fields: list[Field] = field(default_factory=list)
+    plain: _Node | None = None
+    each: _Node | None = None
+    match: dict[str, dict[str, _Node]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -151,35 +154,25 @@ class FieldTable:
 
     @property
     def top_level(self) -> frozenset[str]:
-        return frozenset(self._root.children)
-
-
-def _steps(path: str) -> list[_Step]:
-    out: list[_Step] = []
-    for part in path.split("."):
-        m = _SELECTOR.match(part)
-        if m is None:
-            out.append(_Step(part, False))
-        else:
-            key, k, v = m.groups()
-            out.append(_Step(key, True, (k, v) if k else None))
-    return out
+        return frozenset(self._root.keys)
 
 
 def _compile(fields: dict[str, Field]) -> _Node:
     root = _Node()
     for f in fields.values():
         node = root
-        for step in _steps(f.path):
-            branches = node.children.setdefault(step.key, [])
-            for s, child in branches:
-                if s == step:
-                    node = child
-                    break
+        for part in f.path.split("."):
+            m = _SELECTOR.match(part)
+            key = part if m is None else m.group(1)
+            at = node.keys.setdefault(key, _Key())
+            if m is None:
+                at.plain = at.plain or _Node()
+                node = at.plain
+            elif m.group(2) is None:
+                at.each = at.each or _Node()
+                node = at.each
             else:
-                child = _Node()
-                branches.append((step, child))
-                node = child
+                node = at.match.setdefault(m.group(2), {}).setdefault(m.group(3), _Node())
         node.fields.append(f)
     return root
 
@@ -238,60 +231,65 @@ class Use:
 
 
 def _present(value: JSON, f: Field) -> bool:
-    return value is not None and not (f.has_default and value == f.default)
-
-
-def _elements(value: JSON, step: _Step) -> list[JSON]:
-    items = value if isinstance(value, list) else [value]
-    if step.match is None:
-        return [v for v in items if v is not None]
-    k, want = step.match
-    return [v for v in items if isinstance(v, dict) and v.get(k) == want]
+    return value is not None and (f.default is _NO_DEFAULT or value != f.default)
 
 
 def _own(value: JSON, node: _Node) -> bool:
     """Whether a field whose table also documents parts of it holds more than those parts
     (``context`` beyond its ``overrides``): those parts are accounted one by one."""
-    if not node.children or not isinstance(value, dict):
+    if not node.keys or not isinstance(value, dict):
         return True
-    return any(k not in node.children and v is not None for k, v in value.items())
+    return any(k not in node.keys and v is not None for k, v in value.items())
 
 
-def _walk(node: _Node, obj: JSON, found: dict[str, Field]) -> None:
-    """Add to ``found`` the fields under ``node`` that ``obj`` holds (each path once)."""
-    if not isinstance(obj, dict):
-        return
-    for key, branches in node.children.items():
+def _visit(node: _Node, value: JSON, found: dict[str, Field]) -> None:
+    for f in node.fields:
+        if f.path not in found and _present(value, f) and _own(value, node):
+            found[f.path] = f
+    if node.keys and isinstance(value, dict):
+        _walk(node, value, found)
+
+
+def _walk(node: _Node, obj: dict[str, JSON], found: dict[str, Field]) -> None:
+    """Add to ``found`` the fields under ``node`` that ``obj`` holds (each path once).
+
+    (An agent's request holds hundreds of blocks, each looked at here: a key whose entry is a
+    field with nothing under it is checked in place rather than by a call.)"""
+    for key, at in node.keys.items():
         value = obj.get(key)
         if value is None:
             continue
-        for step, child in branches:
-            if step.each:
-                items = _elements(value, step)
-                if not items:
-                    continue
-                for f in child.fields:  # a path that ends in a selector: the elements
-                    if f.path not in found and any(_present(v, f) for v in items):
-                        found[f.path] = f
-                if child.children:
-                    for v in items:
-                        _walk(child, v, found)
+        plain = at.plain
+        if plain is not None:
+            if plain.keys:
+                _visit(plain, value, found)
             else:
-                for f in child.fields:
-                    if f.path not in found and _present(value, f) and _own(value, child):
+                for f in plain.fields:
+                    if f.path not in found and _present(value, f):
                         found[f.path] = f
-                if child.children:
-                    _walk(child, value, found)
+        if at.each is None and not at.match:
+            continue
+        for item in value if isinstance(value, list) else (value,):
+            if item is None:
+                continue
+            if at.each is not None:
+                _visit(at.each, item, found)
+            if at.match and isinstance(item, dict):
+                for k, nodes in at.match.items():
+                    sub = nodes.get(item.get(k))  # type: ignore[arg-type]
+                    if sub is not None:
+                        _visit(sub, item, found)
 
 
 def uses(table: FieldTable, body: JSON) -> list[Use]:
     """The fields ``body`` holds, documented ones by their table path, then the undocumented
     top-level keys (at most a few by name, then one ``undocumented``)."""
     found: dict[str, Field] = {}
-    _walk(table._root, body, found)
+    if isinstance(body, dict):
+        _walk(table._root, body, found)
     out = [Use(p, f) for p, f in found.items()]
     if isinstance(body, dict):
-        known = table._root.children
+        known = table._root.keys
         extra = [k for k, v in body.items() if k not in known and v is not None]
         out.extend(Use(k[:_MAX_KEY], None) for k in extra[:_MAX_UNDOCUMENTED])
         if len(extra) > _MAX_UNDOCUMENTED:
