@@ -19,14 +19,24 @@ feature still under way (``feature:``) may instead be refused when its request i
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
 
-from gateway.carry import Unsupported
+from gateway.canonical import ChatRequest, Message
+from gateway.carry import Unsupported, dropped_label
 from gateway.dialects import DIALECTS, Dialect
-from gateway.dialects.fields import ALWAYS, CAPABILITY_PLACES, Field, FieldTable, table_of
+from gateway.dialects.fields import (
+    ALWAYS,
+    CAPABILITY_PLACES,
+    Field,
+    FieldTable,
+    load_table,
+    losses,
+    table_of,
+    uses,
+)
 from gateway.errors import ParseError
 from gateway.pipeline import translate_request
 
@@ -196,3 +206,52 @@ def _refused(body: JSON, client: Dialect, upstream: Dialect) -> list[str]:
     except Unsupported as e:
         return e.fields
     return []
+
+
+# --- the table's reading of a body ---------------------------------------------------------------
+
+_MADE_UP = load_table("""
+dialect: made-up
+sources: {reference: this test}
+base: {items: []}
+fields:
+  items: {to: messages, sample: []}
+  items[].mark: {request: {items: [{mark: 1}]}}
+  items[kind=odd]: {to: content_parts, request: {items: [{kind: odd}]}}
+  ctx: {to: context, default: {}, sample: {a: 1}}
+  ctx.known: {to: context, request: {ctx: {known: 1}}}
+  n: {lost: policy, default: 1, sample: 2}
+""")
+
+
+def _paths(body: JSON) -> list[str]:
+    return [u.path for u in uses(_MADE_UP, body)]
+
+
+def test_a_default_value_or_null_is_no_use_and_a_selector_names_its_elements() -> None:
+    assert _paths({"items": [], "n": 1, "ctx": {}, "mark": None}) == ["items"]
+    assert _paths({"items": [{"kind": "even", "mark": 2}, "text", {"kind": "odd"}], "n": 2}) \
+        == ["items", "items[].mark", "items[kind=odd]", "n"]
+
+
+def test_a_field_with_parts_of_its_own_is_used_only_beyond_them() -> None:
+    assert _paths({"ctx": {"known": 1}}) == ["ctx.known"]
+    assert _paths({"ctx": {"known": 1, "other": 2}}) == ["ctx", "ctx.known"]
+
+
+def test_undocumented_keys_are_named_a_few_at_a_time_and_cut_short() -> None:
+    body = {f"k{i}": i for i in range(20)} | {"x" * 500: 1}
+    found = uses(_MADE_UP, body)
+    assert all(u.field is None for u in found)
+    assert [u.path for u in found] == [f"k{i}" for i in range(8)] + ["undocumented"]
+    assert [u.path for u in uses(_MADE_UP, {"x" * 500: 1})] == ["x" * 64]
+    assert dropped_label("k3") == "undocumented" and dropped_label("tools") == "tools"
+    assert all(dropped_label(p) == p for _, t in TABLES for p in t.fields)
+
+
+def test_a_request_of_a_dialect_without_a_table_reports_what_it_kept_for_itself() -> None:
+    req = ChatRequest([Message("user", "hi")], extras={"knob": 1, "_private": 2, "gone": None},
+                      extras_dialect="no-such-dialect")
+    target = next(iter(DIALECTS.values()))
+    assert [u.path for u in losses(req, target)] == ["knob"]
+    assert losses(replace(req, extras_dialect=target.name, field_uses=None), target) == []
