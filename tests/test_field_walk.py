@@ -7,7 +7,9 @@ path, or its ``request`` fragment) and the same request without it, translates b
 the route's policy, render; no sockets), and holds the field to one of:
 
 - **carried or mapped**: the two rendered upstream requests differ (a field that shapes only the
-  client's own answer, ``to: answer``, changes the canonical request instead);
+  client's own answer, ``to: answer``, or whether to stream, changes the canonical request
+  instead), and the upstream dialect's own table finds in what it got the field itself (same
+  dialect) or a field of the same canonical place (another dialect);
 - **reported**: its path, or the capability it belongs to, is among the request's losses, and
   under ``on_unsupported: reject`` a field whose table says ``lost: policy`` is refused (a 400
   naming it) while a reported one never is.
@@ -177,10 +179,18 @@ def test_the_field_reaches_every_upstream_or_is_reported(client: Dialect, table:
         else:
             carried = sent != base_sent
         reported = bool(names & set(lost))
+        theirs = table_of(upstream)
+        assert theirs is not None
+        found = {u.path: u.field for u in uses(theirs, sent)}
         if upstream.name == client.name:
             assert carried and not reported, f"{where}: not carried on its own dialect"
+            assert f.to in _CANONICAL_ONLY or f.path in found, f"{where}: not at its path"
             continue
         assert carried or reported, f"{where}: vanished, unreported"
+        if not reported and f.to not in _CANONICAL_ONLY:
+            # mapped: the upstream's own table finds a field of the same place in what it got
+            assert any(g is not None and g.to == f.to for g in found.values()), \
+                f"{where}: the upstream got no field of {f.to}"
         if f.to in CAPABILITY_PLACES:
             continue  # the capabilities' policy has tests of its own (test_matrix, ...)
         refused = _refused(with_it, client, upstream)

@@ -52,10 +52,13 @@ Places (``to``):
 Undocumented top-level keys are lost under their own path (reported); in the metric's label they
 are ``undocumented`` (the label's values stay bounded).
 
-The contract the field-walk test holds every table to: for each field, from a client of its
-dialect to an upstream of each registered dialect, the rendered upstream request differs from
-the one without the field (carried or mapped), or the field's path (or its capability's name) is
-in the losses reported; and on a same-dialect route it is never reported.
+The contract the field-walk test (tests/test_field_walk.py) holds every table to: for each field,
+from a client of its dialect to an upstream of each registered dialect, either the rendered
+upstream request differs from the one without the field and holds it (same dialect: at its path;
+another: a field the upstream's table reads into the same place), or the field's path (or its
+capability's name) is among the losses reported, and refused under ``reject`` exactly when its
+table says ``lost: policy``. On a same-dialect route it is never reported. A new dialect adds its
+table here (or ``field_table`` on its class) and the test walks it with every other.
 """
 
 from __future__ import annotations
