@@ -21,6 +21,7 @@ feature still under way (``feature:``) may instead be refused when its request i
 from __future__ import annotations
 
 import copy
+import importlib
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -157,6 +158,25 @@ def test_every_registered_dialect_has_a_table_of_known_places() -> None:
             assert f.to is None or f.to in known or f.to in plain, f"{d.name}: {f.path}"
     # every plain place is somewhere carried, or a table would name a place no one writes
     assert all(any(p in t.places for _, t in TABLES) for p in plain)
+
+
+SDK_TYPES = [pytest.param(t, spec, id=spec) for _, t in TABLES for spec in t.sdk_types]
+
+
+@pytest.mark.parametrize(("table", "spec"), SDK_TYPES)
+def test_every_key_of_the_sdks_request_type_is_in_the_table(table: FieldTable,
+                                                            spec: str) -> None:
+    module, _, name = spec.partition(":")
+    typed = getattr(importlib.import_module(module), name)
+    keys = {k for cls in typed.__mro__ for k in getattr(cls, "__annotations__", {})}
+    top = {p.split(".")[0].split("[")[0] for p in table.fields}
+    assert keys, spec
+    assert not keys - top - set(table.not_body), f"{table.dialect} lacks {keys - top}"
+
+
+def test_a_table_checked_against_an_sdk_names_its_request_types() -> None:
+    with_sdk = [t.dialect for _, t in TABLES if "sdk" in t.sources]
+    assert with_sdk and all(table_of(DIALECTS[d]).sdk_types for d in with_sdk)  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(("client", "table", "f"), CASES)

@@ -13,6 +13,8 @@ The format::
 
     dialect: <name>
     sources: {<what>: <where>}   # the references the entries were checked against
+    sdk_types: [<module>:<TypedDict>]  # an SDK's request types: each key is a field here, or
+    not_body: {<key>: <why>}     # one the SDK sends elsewhere (a header)
     base: {...}                  # a small valid request; the test adds each field to it
     carries: [<place>, ...]      # places the renderer writes that no field of its own reads
     reads_only: [<place>, ...]   # places its fields are read into that it never writes for a
@@ -148,6 +150,8 @@ class FieldTable:
     dialect: str
     fields: dict[str, Field]
     sources: dict[str, str] = field(default_factory=dict)
+    sdk_types: tuple[str, ...] = ()
+    not_body: dict[str, str] = field(default_factory=dict)
     base: JSON = None
     carries: frozenset[str] = frozenset()
     places: frozenset[str] = frozenset()
@@ -198,8 +202,9 @@ def load_table(text: str) -> FieldTable:
     carries = frozenset(raw.get("carries") or ())
     places = (frozenset(f.to for f in fields.values() if f.to is not None) | carries) \
         - frozenset(raw.get("reads_only") or ())
-    return FieldTable(raw["dialect"], fields, dict(raw.get("sources") or {}), raw.get("base"),
-                      carries, places, _compile(fields))
+    return FieldTable(raw["dialect"], fields, dict(raw.get("sources") or {}),
+                      tuple(raw.get("sdk_types") or ()), dict(raw.get("not_body") or {}),
+                      raw.get("base"), carries, places, _compile(fields))
 
 
 @cache
