@@ -13,8 +13,10 @@ The format::
 
     dialect: <name>
     sources: {<what>: <where>}   # the references the entries were checked against
-    sdk_types: [<module>:<TypedDict>]  # an SDK's request types: each key is a field here, or
-    not_body: {<key>: <why>}     # one the SDK sends elsewhere (a header)
+    sdk_types: [<module>:<TypedDict>[ at <path>]]  # an SDK's request types (at the top, or
+                                 # at a nested path): each of their keys is a field here, one an
+                                 # entry ``covers``, or (top level) one under not_body
+    not_body: {<key>: <why>}     # a key the SDK sends elsewhere (a header)
     base: {...}                  # a small valid request; the test adds each field to it
     carries: [<place>, ...]      # places the renderer writes that no field of its own reads
     reads_only: [<place>, ...]   # places its fields are read into that it never writes for a
@@ -32,6 +34,8 @@ The format::
         request: {...}           # the request fragment that holds a nested field
         feature: <name>          # taken up by a feature still under way; until it lands the
                                  # field may be refused at parsing (a 400 naming it)
+        covers: [<key>, ...]     # keys under it that its place reads too (``tools``: each
+                                 # tool's name, description, schema), relative, dot-separated
         note: <why>
 
 A path is dot-separated keys; ``key[]`` is each element of the list at ``key`` (or the one
@@ -114,6 +118,7 @@ class Field:
     request: JSON = None
     feature: str | None = None
     note: str | None = None
+    covers: tuple[str, ...] = ()
 
     @property
     def has_default(self) -> bool:
@@ -198,7 +203,8 @@ def load_table(text: str) -> FieldTable:
         fields[path] = Field(
             path, to=spec.get("to"), lost=lost, default=spec.get("default", _NO_DEFAULT),
             sample=spec.get("sample", _NO_DEFAULT), request=spec.get("request"),
-            feature=spec.get("feature"), note=spec.get("note"))
+            feature=spec.get("feature"), note=spec.get("note"),
+            covers=tuple(spec.get("covers") or ()))
     carries = frozenset(raw.get("carries") or ())
     places = (frozenset(f.to for f in fields.values() if f.to is not None) | carries) \
         - frozenset(raw.get("reads_only") or ())
