@@ -113,12 +113,17 @@ class Field:
     """The canonical place it is read into; ``None``: only an upstream of its own dialect gets
     it."""
     lost: Literal["report", "policy"] = "report"
+    """When the upstream cannot carry it: reported whatever the route's policy, or the
+    policy's (``on_unsupported``) to decide."""
     default: JSON = _NO_DEFAULT
+    """A value that asks for nothing (the API's default): holding it is no use of the field."""
     sample: JSON = _NO_DEFAULT
     request: JSON = None
+    """A valid value at :attr:`path`, or the request fragment that holds the field (the test's)."""
     feature: str | None = None
     note: str | None = None
     covers: tuple[str, ...] = ()
+    """Keys under it its place reads too (checked against the SDK's types)."""
 
     @property
     def has_default(self) -> bool:
@@ -189,14 +194,25 @@ def _compile(fields: dict[str, Field]) -> _Node:
     return root
 
 
+_TABLE_KEYS = frozenset({"dialect", "sources", "sdk_types", "not_body", "base", "carries",
+                         "reads_only", "fields"})
+_FIELD_KEYS = frozenset({"to", "lost", "default", "sample", "request", "feature", "note",
+                         "covers"})
+
+
 def load_table(text: str) -> FieldTable:
     """A table from its YAML text."""
     raw = yaml.safe_load(text)
     if not isinstance(raw, dict) or not isinstance(raw.get("dialect"), str):
         raise ValueError("a field table is a mapping with a dialect name")
+    unknown = set(raw) - _TABLE_KEYS
+    if unknown:
+        raise ValueError(f"unknown keys in the field table: {sorted(unknown)}")
     fields: dict[str, Field] = {}
     for path, spec in (raw.get("fields") or {}).items():
         spec = spec or {}
+        if not isinstance(spec, dict) or set(spec) - _FIELD_KEYS:
+            raise ValueError(f"{path}: a field is a mapping of {sorted(_FIELD_KEYS)}")
         lost = spec.get("lost", "report")
         if lost not in ("report", "policy"):
             raise ValueError(f"{path}: lost must be report or policy, not {lost!r}")
