@@ -280,13 +280,21 @@ def _visit(node: _Node, value: JSON, found: dict[str, Field]) -> None:
         _walk(node, value, found)
 
 
-def _walk(node: _Node, obj: dict[str, JSON], found: dict[str, Field]) -> None:
-    """Add to ``found`` the fields under ``node`` that ``obj`` holds (each path once).
+def _walk(node: _Node, obj: dict[str, JSON], found: dict[str, Field],
+          unknown: list[str] | None = None) -> None:
+    """Add to ``found`` the fields under ``node`` that ``obj`` holds (each path once), and to
+    ``unknown`` (when given) the keys of ``obj`` the table does not know.
 
-    (An agent's request holds hundreds of blocks, each looked at here: a key whose entry is a
-    field with nothing under it is checked in place rather than by a call.)"""
-    for key, at in node.keys.items():
-        value = obj.get(key)
+    (An agent's request holds hundreds of blocks, each looked at here: the object's own keys are
+    looked up, a handful, rather than every key the table knows at that level; a key whose entry
+    is a field with nothing under it is checked in place rather than by a call.)"""
+    keys = node.keys
+    for key, value in obj.items():
+        at = keys.get(key)
+        if at is None:
+            if unknown is not None and value is not None:
+                unknown.append(key)
+            continue
         if value is None:
             continue
         plain = at.plain
@@ -314,16 +322,15 @@ def _walk(node: _Node, obj: dict[str, JSON], found: dict[str, Field]) -> None:
 def uses(table: FieldTable, body: JSON) -> list[Use]:
     """The fields ``body`` holds, documented ones by their table path, then the undocumented
     top-level keys (at most a few by name, then one ``undocumented``)."""
+    if not isinstance(body, dict):
+        return []
     found: dict[str, Field] = {}
-    if isinstance(body, dict):
-        _walk(table._root, body, found)
+    extra: list[str] = []
+    _walk(table._root, body, found, extra)
     out = [Use(p, f) for p, f in found.items()]
-    if isinstance(body, dict):
-        known = table._root.keys
-        extra = [k for k, v in body.items() if k not in known and v is not None]
-        out.extend(Use(k[:_MAX_KEY], None) for k in extra[:_MAX_UNDOCUMENTED])
-        if len(extra) > _MAX_UNDOCUMENTED:
-            out.append(Use(UNDOCUMENTED, None))
+    out.extend(Use(k[:_MAX_KEY], None) for k in extra[:_MAX_UNDOCUMENTED])
+    if len(extra) > _MAX_UNDOCUMENTED:
+        out.append(Use(UNDOCUMENTED, None))
     return out
 
 
