@@ -417,15 +417,17 @@ def _parse_parts(content: list[JSON], where: str) -> list[Part]:
     return out
 
 
-_TEXT_PART_KEYS = frozenset({"type", "text"})
+_PART_KEYS = {"text": frozenset({"type", "text"}), "image_url": frozenset({"type", "image_url"})}
+"""The keys of a text or image part the canonical parts name."""
 
 
 def _part_extras(p: JSON) -> dict[str, JSON] | None:
-    """The keys of a text part no canonical field names (``prompt_cache_breakpoint``), kept for
-    an upstream of this dialect."""
-    if isinstance(p, dict) and p.get("type") == "text":
-        return {k: v for k, v in p.items() if k not in _TEXT_PART_KEYS} or None
-    return None
+    """The keys of a text or image part no canonical field names (``prompt_cache_breakpoint``),
+    kept for an upstream of this dialect."""
+    known = _PART_KEYS.get(p.get("type")) if isinstance(p, dict) else None  # type: ignore[arg-type]
+    if known is None:
+        return None
+    return {k: v for k, v in p.items() if k not in known} or None
 
 
 def _render_parts(content: str | list[Part], kept: JSON = None) -> JSON:
@@ -440,10 +442,11 @@ def _render_parts(content: str | list[Part], kept: JSON = None) -> JSON:
                 out.append({**rest, "type": "text", "text": p.text} if rest
                            else {"type": "text", "text": p.text})
             case ImagePart():
+                rest = rests[j] if j < len(rests) and isinstance(rests[j], dict) else None
                 image: dict[str, JSON] = {"url": p.as_url()}
                 if p.detail:
                     image["detail"] = p.detail
-                out.append({"type": "image_url", "image_url": image})
+                out.append({**(rest or {}), "type": "image_url", "image_url": image})
             case OtherPart():
                 if p.dialect == NAME:
                     out.append(p.raw)
