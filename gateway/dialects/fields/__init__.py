@@ -39,15 +39,19 @@ The format::
         note: <why>
 
 A path is dot-separated keys; ``key[]`` is each element of the list at ``key`` (or the one
-object there), ``key[type=x]`` only the elements whose ``type`` is ``x``; a path that ends in a
-selector names the elements themselves. A field is *present* when its path holds a value that is
-not ``null`` (nor its ``default``); a field whose parts have entries of their own (``context``
-and ``context.overrides.top``) is present when it holds keys beyond those parts.
+object there), ``key[type=x]`` only the elements whose ``type`` is ``x`` (``key[type=x*]``: whose
+``type`` starts with ``x``); a path that ends in a selector names the elements themselves. A
+field is *present* when its path holds a value that is not ``null`` (nor its ``default``); a
+field whose parts have entries of their own (``context`` and ``context.overrides.top``) is
+present when it holds keys beyond those parts.
 
 Places (``to``):
 
-- ``messages``, ``stream``, ``answer``: every dialect carries them (``answer``: the field shapes
-  the client's own answer, such as ``stream_options.include_usage``; nothing goes upstream).
+- ``messages``, ``stream``, ``answer``, ``client``: every dialect carries them (``answer``: the
+  field shapes the client's own answer, such as ``stream_options.include_usage``; ``client``:
+  the client's own bookkeeping, which no API takes as model input, such as the AI SDK's chat and
+  message ids or the sources its UI showed; nothing goes upstream of another dialect for
+  either, and neither is a loss).
 - The capabilities (``tools``, ``tool_choice``, ``tool_calls``, ``tool_results``, ``images``,
   ``content_parts``, ``reasoning``, ``structured_output``, ``session_state``): accounted by
   :mod:`gateway.carry` under those names, as each dialect's :class:`Capabilities` declares.
@@ -83,7 +87,7 @@ from gateway.canonical import JSON, ChatRequest
 __all__ = ["ALWAYS", "CAPABILITY_PLACES", "Field", "FieldTable", "Use", "governed", "load_table",
            "losses", "metric_label", "table_of", "uses"]
 
-ALWAYS = frozenset({"messages", "stream", "answer"})
+ALWAYS = frozenset({"messages", "stream", "answer", "client"})
 """Places every dialect carries."""
 CAPABILITY_PLACES = frozenset({
     "tools", "tool_choice", "tool_calls", "tool_results", "images", "content_parts",
@@ -151,6 +155,8 @@ class _Key:
     plain: _Node | None = None
     each: _Node | None = None
     match: dict[str, dict[str, _Node]] = field(default_factory=dict)
+    prefix: dict[str, list[tuple[str, _Node]]] = field(default_factory=dict)
+    """``key[k=v*]…``: the elements whose ``k`` starts with ``v``."""
 
 
 @dataclass(frozen=True)
@@ -188,6 +194,12 @@ def _compile(fields: dict[str, Field]) -> _Node:
             elif m.group(2) is None:
                 at.each = at.each or _Node()
                 node = at.each
+            elif m.group(3).endswith("*"):
+                start = m.group(3)[:-1]
+                pairs = at.prefix.setdefault(m.group(2), [])
+                node = next((n for p, n in pairs if p == start), None) or _Node()
+                if all(n is not node for _, n in pairs):
+                    pairs.append((start, node))
             else:
                 node = at.match.setdefault(m.group(2), {}).setdefault(m.group(3), _Node())
         node.fields.append(f)
@@ -305,7 +317,7 @@ def _walk(node: _Node, obj: dict[str, JSON], found: dict[str, Field],
                 for f in plain.fields:
                     if f.path not in found and _present(value, f):
                         found[f.path] = f
-        if at.each is None and not at.match:
+        if at.each is None and not at.match and not at.prefix:
             continue
         for item in value if isinstance(value, list) else (value,):
             if item is None:
@@ -317,6 +329,13 @@ def _walk(node: _Node, obj: dict[str, JSON], found: dict[str, Field],
                     sub = nodes.get(item.get(k))  # type: ignore[arg-type]
                     if sub is not None:
                         _visit(sub, item, found)
+            if at.prefix and isinstance(item, dict):
+                for k, pairs in at.prefix.items():
+                    v = item.get(k)
+                    if isinstance(v, str):
+                        for start, sub in pairs:
+                            if v.startswith(start):
+                                _visit(sub, item, found)
 
 
 def uses(table: FieldTable, body: JSON) -> list[Use]:
