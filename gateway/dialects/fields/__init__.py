@@ -43,7 +43,7 @@ object there), ``key[type=x]`` only the elements whose ``type`` is ``x`` (``key[
 ``type`` starts with ``x``); a path that ends in a selector names the elements themselves. A
 field is *present* when its path holds a value that is not ``null`` (nor its ``default``); a
 field whose parts have entries of their own (``context`` and ``context.overrides.top``) is
-present when it holds keys beyond those parts.
+present when it holds keys beyond those parts, or none at all.
 
 Places (``to``):
 
@@ -53,7 +53,8 @@ Places (``to``):
   message ids or the sources its UI showed; nothing goes upstream of another dialect for
   either, and neither is a loss).
 - The capabilities (``tools``, ``tool_choice``, ``tool_calls``, ``tool_results``, ``images``,
-  ``content_parts``, ``reasoning``, ``structured_output``, ``session_state``): accounted by
+  ``content_parts``, ``reasoning``, ``structured_output``, ``session_state``) and ``options``
+  (what a dialect names in :attr:`~gateway.canonical.ChatRequest.unmapped`): accounted by
   :mod:`gateway.carry` under those names, as each dialect's :class:`Capabilities` declares.
 - Any other place (``model``, ``context``, ``message.name``, ``sampling.<key>``...): carried to
   an upstream whose table reads some field into it (or lists it under ``carries``), else lost
@@ -91,7 +92,7 @@ ALWAYS = frozenset({"messages", "stream", "answer", "client"})
 """Places every dialect carries."""
 CAPABILITY_PLACES = frozenset({
     "tools", "tool_choice", "tool_calls", "tool_results", "images", "content_parts",
-    "reasoning", "structured_output", "session_state"})
+    "reasoning", "structured_output", "session_state", "options"})
 """Places accounted by the dialects' declared capabilities (:mod:`gateway.carry`)."""
 UNDOCUMENTED = "undocumented"
 """The metric label of a key no table documents."""
@@ -279,8 +280,8 @@ def _present(value: JSON, f: Field) -> bool:
 def _own(value: JSON, node: _Node) -> bool:
     """Whether a field whose table also documents parts of it holds more than those parts
     (``context`` beyond its ``overrides``): those parts are accounted one by one."""
-    if not node.keys or not isinstance(value, dict):
-        return True
+    if not node.keys or not isinstance(value, dict) or not value:
+        return True  # (an empty object is a use of the field itself: Responses' reasoning {})
     return any(k not in node.keys and v is not None for k, v in value.items())
 
 
