@@ -312,7 +312,7 @@ class UpstreamConfig(_Model):
 CustomTools = Literal["native", "function"]
 GovernedField = Literal["default", "tools", "hosted_tools", "tool_choice", "tool_calls",
                         "tool_results", "images", "content_parts", "reasoning",
-                        "reasoning_effort", "structured_output", "request_fields"]
+                        "reasoning_effort", "structured_output", "options", "request_fields"]
 """The keys of a per-field ``on_unsupported``: :data:`gateway.carry.GOVERNED`, and ``default``."""
 
 

@@ -138,9 +138,16 @@ def _requests(table: FieldTable, f: Field) -> tuple[dict[str, JSON], dict[str, J
 # --- the walk ------------------------------------------------------------------------------------
 
 
+_WIDER = {"hosted_tools": "tools"}
+"""A capability whose loss, on an upstream without the wider one, is reported as that one (a
+provider's built-in tools, to an upstream with no tools at all)."""
+
+
 def _names(f: Field) -> set[str]:
     """What a loss of ``f`` is reported as: its path, or the capability it belongs to."""
-    return {f.path} | ({f.to} if f.to in CAPABILITY_PLACES else set())
+    if f.to not in CAPABILITY_PLACES:
+        return {f.path}
+    return {f.path, f.to} | ({_WIDER[f.to]} if f.to in _WIDER else set())
 
 
 def _translate(body: JSON, client: Dialect, upstream: Dialect,

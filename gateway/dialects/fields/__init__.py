@@ -52,8 +52,9 @@ Places (``to``):
   the client's own bookkeeping, which no API takes as model input, such as the AI SDK's chat and
   message ids or the sources its UI showed; nothing goes upstream of another dialect for
   either, and neither is a loss).
-- The capabilities (``tools``, ``tool_choice``, ``tool_calls``, ``tool_results``, ``images``,
-  ``content_parts``, ``reasoning``, ``structured_output``, ``session_state``) and ``options``
+- The capabilities (``tools``, ``hosted_tools``, ``tool_choice``, ``tool_calls``,
+  ``tool_results``, ``images``, ``content_parts``, ``reasoning``, ``reasoning_effort``,
+  ``structured_output``, ``session_state``) and ``options``
   (what a dialect names in :attr:`~gateway.canonical.ChatRequest.unmapped`): accounted by
   :mod:`gateway.carry` under those names, as each dialect's :class:`Capabilities` declares.
 - Any other place (``model``, ``context``, ``message.name``, ``sampling.<key>``...): carried to
@@ -91,8 +92,9 @@ __all__ = ["ALWAYS", "CAPABILITY_PLACES", "Field", "FieldTable", "Use", "governe
 ALWAYS = frozenset({"messages", "stream", "answer", "client"})
 """Places every dialect carries."""
 CAPABILITY_PLACES = frozenset({
-    "tools", "tool_choice", "tool_calls", "tool_results", "images", "content_parts",
-    "reasoning", "structured_output", "session_state", "options"})
+    "tools", "hosted_tools", "tool_choice", "tool_calls", "tool_results", "images",
+    "content_parts", "reasoning", "reasoning_effort", "structured_output", "session_state",
+    "options"})
 """Places accounted by the dialects' declared capabilities (:mod:`gateway.carry`)."""
 UNDOCUMENTED = "undocumented"
 """The metric label of a key no table documents."""
