@@ -30,6 +30,7 @@ The format::
                                  # ``policy``: the route's on_unsupported decides (reject: a
                                  # 400 naming it; drop: left out and reported)
         default: <value>         # a value that asks for nothing (the API's default): no loss
+        no_loss: [<value>, ...]  # other values whose loss is none (the gateway does it itself)
         sample: <value>          # a valid value (the test sets it at <path>), or
         request: {...}           # the request fragment that holds a nested field
         feature: <name>          # taken up by a feature still under way; until it lands the
@@ -131,6 +132,8 @@ class Field:
     note: str | None = None
     covers: tuple[str, ...] = ()
     """Keys under it its place reads too (checked against the SDK's types)."""
+    no_loss: tuple[JSON, ...] = ()
+    """Values besides :attr:`default` that lose nothing (what the gateway does anyway)."""
 
     @property
     def has_default(self) -> bool:
@@ -212,7 +215,7 @@ def _compile(fields: dict[str, Field]) -> _Node:
 _TABLE_KEYS = frozenset({"dialect", "sources", "sdk_types", "not_body", "base", "carries",
                          "reads_only", "fields"})
 _FIELD_KEYS = frozenset({"to", "lost", "default", "sample", "request", "feature", "note",
-                         "covers"})
+                         "covers", "no_loss"})
 
 
 def load_table(text: str) -> FieldTable:
@@ -235,7 +238,7 @@ def load_table(text: str) -> FieldTable:
             path, to=spec.get("to"), lost=lost, default=spec.get("default", _NO_DEFAULT),
             sample=spec.get("sample", _NO_DEFAULT), request=spec.get("request"),
             feature=spec.get("feature"), note=spec.get("note"),
-            covers=tuple(spec.get("covers") or ()))
+            covers=tuple(spec.get("covers") or ()), no_loss=tuple(spec.get("no_loss") or ()))
     carries = frozenset(raw.get("carries") or ())
     places = (frozenset(f.to for f in fields.values() if f.to is not None) | carries) \
         - frozenset(raw.get("reads_only") or ())
@@ -276,7 +279,8 @@ class Use:
 
 
 def _present(value: JSON, f: Field) -> bool:
-    return value is not None and (f.default is _NO_DEFAULT or value != f.default)
+    return value is not None and (f.default is _NO_DEFAULT or value != f.default) and (
+        not f.no_loss or value not in f.no_loss)
 
 
 def _own(value: JSON, node: _Node) -> bool:
