@@ -322,6 +322,13 @@ class ChatRequest:
     (Ollama's ``options.top_k``, ``keep_alive``…), each named as on the wire: kept in
     :attr:`extras` for an upstream of the client's own dialect; an upstream of another dialect
     cannot be sent them, so the route's ``on_unsupported`` policy decides (field ``options``)."""
+    wire: JSON = None
+    """The client's body as it came, when the request was read from one: the fields it holds
+    that an upstream of another dialect does not get are found in it, by the client dialect's
+    field table (:mod:`gateway.dialects.fields`), and reported."""
+    field_uses: list[Any] | None = None
+    """The documented fields :attr:`wire` holds, once looked up (by
+    :func:`gateway.dialects.fields.losses`)."""
 
 
 # --- whole answers -------------------------------------------------------------------------------

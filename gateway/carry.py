@@ -18,6 +18,11 @@ Two kinds of field, by what a user loses:
   context and accounting that dialects have always translated as far as the other side can hold
   them; what it cannot hold is reported, whatever the policy.
 
+- **Documented fields** of each dialect's request (:mod:`gateway.dialects.fields`): a field
+  the upstream's dialect has no place for (``logit_bias``, ``top_k``, a block's
+  ``cache_control``...) is lost under its path, reported, or under ``lost: policy`` in its
+  dialect's table governed like the fields above.
+
 Reported means: the field's name is in the exchange's outcome, counted once per request in
 ``gateway_dropped_fields_total{route,field}`` and listed in the access log. Nothing is lost
 without that.
@@ -54,22 +59,27 @@ from gateway.canonical import (
     citations_of,
     followups_of,
 )
-from gateway.dialects import Dialect
+from gateway.dialects import Dialect, fields
 from gateway.dialects.base import Capabilities, SessionKind
 
 __all__ = ["DEFAULT_POLICIES", "GOVERNED", "REPORTED", "EventGate", "Policies", "Policy",
-           "Unsupported", "carries_state", "context_losses", "policy_for", "request_losses",
-           "response_losses", "strip_request", "strip_response", "takes_back"]
+           "Unsupported", "carries_state", "context_losses", "dropped_label", "governed_losses",
+           "policy_for", "policy_of", "request_losses", "response_losses", "strip_request",
+           "strip_response", "takes_back"]
 
 Policy = Literal["reject", "drop"]
 GOVERNED = ("tools", "hosted_tools", "tool_choice", "tool_calls", "tool_results", "images",
-            "content_parts", "reasoning", "reasoning_effort", "structured_output", "options")
+            "content_parts", "reasoning", "reasoning_effort", "structured_output", "options",
+            "request_fields")
 """``hosted_tools``: a provider's built-in tools (Responses ``web_search``, ``tool_search``,
 Anthropic's server tools…) sent to an upstream of another dialect, which cannot run them.
 ``reasoning_effort``: how hard the client asked the model to think (an effort, a budget), to an
 upstream whose dialect has no reasoning; ``reasoning`` is reasoning in the conversation.
 ``options``: a dialect's request settings that have no canonical place (Ollama's ``options``
-such as ``num_ctx``), to an upstream of another dialect."""
+such as ``num_ctx``), to an upstream of another dialect. ``request_fields``: the policy of the
+documented request fields a dialect's field table leaves to it (``lost: policy``: ``n``,
+``logprobs``, ``mcp_servers``…, :mod:`gateway.dialects.fields`), each lost under its own
+path."""
 REPORTED = ("session_state", "citations", "followups", "thoughts", "usage")
 
 Policies = Policy | Mapping[str, Policy]
@@ -84,6 +94,22 @@ def policy_for(policies: Policies, field: str) -> Policy:
     if isinstance(policies, str):
         return policies
     return policies.get(field, "reject")
+
+
+def policy_of(policies: Policies, lost: str) -> Policy:
+    """The policy of a governed loss: a governed field's own, or for a documented request field
+    (named by its path) that of ``request_fields``."""
+    return policy_for(policies, lost if lost in GOVERNED else "request_fields")
+
+
+_NAMES = frozenset(GOVERNED + REPORTED)
+
+
+def dropped_label(name: str) -> str:
+    """A lost field's ``field`` label in ``gateway_dropped_fields_total``: its name, or
+    ``undocumented`` for a key no dialect's table documents (the label's values stay a known,
+    bounded set; the access log names the key)."""
+    return fields.metric_label(name, _NAMES)
 
 
 class Unsupported(Exception):
@@ -143,6 +169,7 @@ def request_losses(req: ChatRequest, target: Dialect) -> list[str]:
     if req.session_state is not None and not req.session_minted \
             and not carries_state(caps.session_state, req.session_state):
         lost.append("session_state")
+    lost.extend(u.path for u in fields.losses(req, target) if u.path not in lost)
     return lost
 
 
@@ -157,6 +184,14 @@ def _choice_carried(choice: ToolChoice | None, caps: Capabilities) -> bool:
 def _hosted(t: ToolDef, target: Dialect) -> bool:
     """A provider's built-in tool that ``target`` cannot be sent (another provider's)."""
     return t.kind not in ("function", "custom") and t.dialect != target.name
+
+
+def governed_losses(req: ChatRequest, target: Dialect, lost: list[str]) -> list[str]:
+    """The fields among ``lost`` (:func:`request_losses`) whose fate the route's policy
+    decides: the governed capabilities, and the documented fields whose table says
+    ``lost: policy``."""
+    own = set(fields.governed(fields.losses(req, target)))
+    return [f for f in lost if f in GOVERNED or f in own]
 
 
 def takes_back(r: Reasoning, target: Dialect) -> bool:

@@ -449,7 +449,7 @@ class UpstreamConfig(_Model):
 CustomTools = Literal["native", "function"]
 GovernedField = Literal["default", "tools", "hosted_tools", "tool_choice", "tool_calls",
                         "tool_results", "images", "content_parts", "reasoning",
-                        "reasoning_effort", "structured_output", "options"]
+                        "reasoning_effort", "structured_output", "options", "request_fields"]
 """The keys of a per-field ``on_unsupported``: :data:`gateway.carry.GOVERNED`, and ``default``."""
 
 
@@ -512,14 +512,17 @@ class RouteConfig(_Model):
         = Field(default_factory=dict)
     """What a request or an answer carries that the other side's dialect cannot (tools, a
     provider's built-in tools, tool calls, images and other content parts, reasoning, structured
-    output): ``reject`` answers an error naming the field (400 for a request, 502 for an
-    answer); ``drop`` takes it out, counts it in ``gateway_dropped_fields_total``, logs it and
-    names it in the answer's ``X-Gateway-Dropped`` header. One word for every field, or a
-    mapping of field to policy (``{hosted_tools: reject}``; ``default`` for the fields not
-    named). Fields neither names follow the gateway's defaults: ``tools``, ``hosted_tools``,
-    ``tool_choice`` and ``reasoning_effort`` (what the client offers the model, and how hard it
-    asks it to think) are dropped, the others rejected
-    (docs/translation.md#what-is-dropped-and-why)."""
+    output, and the request fields a dialect's field table leaves to the policy, such as ``n``
+    or ``mcp_servers``: field ``request_fields``): ``reject`` answers an error naming the field
+    (400 for a request, 502 for an answer); ``drop`` takes it out, counts it in
+    ``gateway_dropped_fields_total``, logs it and names it in the answer's ``X-Gateway-Dropped``
+    header. One word for every field, or a mapping of field to policy (``{hosted_tools:
+    reject}``; ``default`` for the fields not named). Fields neither names follow the gateway's
+    defaults: ``tools``, ``hosted_tools``, ``tool_choice`` and ``reasoning_effort`` (what the
+    client offers the model, and how hard it asks it to think) are dropped, the others rejected
+    (docs/translation.md#what-is-dropped-and-why). A request field whose loss changes nothing
+    the client reads back (``cache_control``, ``logit_bias``, ``metadata``...) is left out and
+    reported whatever the policy (docs/translation.md, "Every request field, per pair")."""
     mint_session_state: bool = False
     """Routes whose dialect carries session state only. A request whose session state is null or
     absent gets a new one from the gateway (32 random hex characters, 128 bits from the OS's

@@ -111,8 +111,9 @@ class Metrics:
         self.dropped_fields = Family(Counter(
             "gateway_dropped_fields_total",
             "Fields a request or an answer carried that the other side's dialect cannot, dropped "
-            "(route policy on_unsupported: drop, or RAG context and usage the dialect has no "
-            "place for).", ["route", "field"], registry=r), counts)
+            "(route policy on_unsupported: drop, or RAG context, usage and documented request "
+            "fields the other dialect has no place for, by path; a key no dialect documents is "
+            "undocumented).", ["route", "field"], registry=r), counts)
         self.config_reloads = Family(Counter(
             "gateway_config_reloads_total", "Config reloads by result (ok, invalid).",
             ["result"], registry=r), counts)

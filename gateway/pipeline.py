@@ -46,7 +46,9 @@ from gateway.carry import (
     EventGate,
     Policies,
     Unsupported,
+    governed_losses,
     policy_for,
+    policy_of,
     request_losses,
     response_losses,
     strip_request,
@@ -102,9 +104,9 @@ def adapt_request(req: ChatRequest, upstream: Dialect, policy: Policies,
     upstream's setting of that name."""
     req = shape_tools(req, upstream, custom_tools)
     lost = request_losses(req, upstream)
-    governed = [f for f in lost if f in GOVERNED]
+    governed = governed_losses(req, upstream, lost)
     if governed:
-        refused = [f for f in governed if policy_for(policy, f) == "reject"]
+        refused = [f for f in governed if policy_of(policy, f) == "reject"]
         if refused:
             raise Unsupported(refused, upstream.name, answer=False)
         req = strip_request(req, governed, upstream)
@@ -119,6 +121,7 @@ def translate_request(
     overrides the body's own flag (the HTTP layer knows it from the path or the Accept
     header)."""
     req = client.parse_request(body)
+    req.wire = body
     if stream is not None:
         req.stream = stream
     sent, lost = adapt_request(req, upstream, policy)

@@ -76,9 +76,14 @@ __all__ = ["OpenAIDialect"]
 
 NAME = "openai"
 _SAMPLING = ("temperature", "top_p", "seed", "presence_penalty", "frequency_penalty", "user")
+_SHARED: dict[str, type] = {
+    "safety_identifier": str, "prompt_cache_key": str, "prompt_cache_retention": str,
+    "service_tier": str, "verbosity": str, "metadata": dict}
+"""Fields the Responses API has too, same name and meaning (``verbosity`` is its
+``text.verbosity``): canonical sampling keys of the same name, with the type they must have."""
 _REQUEST_KEYS = frozenset({
     "model", "messages", "stream", "tools", "tool_choice", "parallel_tool_calls", "stop",
-    "max_tokens", "max_completion_tokens", "reasoning_effort", *_SAMPLING})
+    "max_tokens", "max_completion_tokens", "reasoning_effort", *_SAMPLING, *_SHARED})
 _FORMAT_AT = "json_schema"
 """Where ``response_format`` holds a JSON schema's name, schema and strictness."""
 _MESSAGE_KEYS = frozenset({"role", "content", "name", "tool_calls", "tool_call_id",
@@ -158,6 +163,13 @@ class OpenAIDialect(SamplesFromPackage):
             if key != "user" and (isinstance(value, bool) or not isinstance(value, int | float)):
                 raise DialectError("must be a number", key)
             sampling[key] = value
+        for key, kind in _SHARED.items():
+            value = obj.get(key)
+            if value is None:
+                continue
+            if not isinstance(value, kind):
+                raise DialectError("must be an object" if kind is dict else "must be a string", key)
+            sampling[key] = value
         hints: dict[str, JSON] = {"include_usage": _include_usage(obj)}
         for key in ("max_completion_tokens", "max_tokens"):
             cap = obj.get(key)
@@ -204,7 +216,7 @@ class OpenAIDialect(SamplesFromPackage):
         out: dict[str, Any] = dict(req.extras) if same else {}
         out["model"] = req.model or model or "default"
         out["messages"] = [_render_message(m, same) for m in req.messages]
-        for key in _SAMPLING:
+        for key in (*_SAMPLING, *_SHARED):
             if key in req.sampling:
                 out[key] = req.sampling[key]
         if "temperature" not in out:
@@ -369,6 +381,10 @@ def _parse_messages(obj: dict[str, JSON]) -> list[Message]:
         extras = split_known(m, _MESSAGE_KEYS)
         if content is None and "content" in m:
             extras["content"] = None  # a same-dialect render gives back null, not ""
+        if isinstance(content, list):
+            kept = [_part_extras(p) for p in content]
+            if any(kept):
+                extras["_parts"] = kept
         out.append(Message(
             role, parts, name=name,
             tool_calls=_parse_tool_calls(m.get("tool_calls"), f"{where}.tool_calls"),
@@ -401,19 +417,36 @@ def _parse_parts(content: list[JSON], where: str) -> list[Part]:
     return out
 
 
-def _render_parts(content: str | list[Part]) -> JSON:
+_PART_KEYS = {"text": frozenset({"type", "text"}), "image_url": frozenset({"type", "image_url"})}
+"""The keys of a text or image part the canonical parts name."""
+
+
+def _part_extras(p: JSON) -> dict[str, JSON] | None:
+    """The keys of a text or image part no canonical field names (``prompt_cache_breakpoint``),
+    kept for an upstream of this dialect."""
+    known = _PART_KEYS.get(p.get("type")) if isinstance(p, dict) else None  # type: ignore[arg-type]
+    if known is None:
+        return None
+    return {k: v for k, v in p.items() if k not in known} or None
+
+
+def _render_parts(content: str | list[Part], kept: JSON = None) -> JSON:
     if isinstance(content, str):
         return content
+    rests = kept if isinstance(kept, list) else []
     out: list[JSON] = []
-    for p in content:
+    for j, p in enumerate(content):
         match p:
             case TextPart():
-                out.append({"type": "text", "text": p.text})
+                rest = rests[j] if j < len(rests) and isinstance(rests[j], dict) else None
+                out.append({**rest, "type": "text", "text": p.text} if rest
+                           else {"type": "text", "text": p.text})
             case ImagePart():
+                rest = rests[j] if j < len(rests) and isinstance(rests[j], dict) else None
                 image: dict[str, JSON] = {"url": p.as_url()}
                 if p.detail:
                     image["detail"] = p.detail
-                out.append({"type": "image_url", "image_url": image})
+                out.append({**(rest or {}), "type": "image_url", "image_url": image})
             case OtherPart():
                 if p.dialect == NAME:
                     out.append(p.raw)
@@ -429,12 +462,12 @@ def _parts_text(content: JSON) -> str:
 
 
 def _render_message(m: Message, same: bool) -> dict[str, Any]:
-    wire: dict[str, Any] = dict(m.extras) if same else {}
+    wire: dict[str, Any] = {k: v for k, v in m.extras.items() if k != "_parts"} if same else {}
     wire["role"] = m.role
     if m.tool_calls and m.content == "" and "content" not in wire:
         wire["content"] = None
     elif not (same and m.content == "" and wire.get("content", "") is None):
-        wire["content"] = _render_parts(m.content)
+        wire["content"] = _render_parts(m.content, m.extras.get("_parts") if same else None)
     if m.name is not None:
         wire["name"] = m.name
     if m.tool_calls:

@@ -97,9 +97,14 @@ NAME = "openai-responses"
 _STATEFUL = {
     "conversation": "refers to a stored conversation",
 }
+_SHARED: dict[str, type] = {
+    "safety_identifier": str, "prompt_cache_key": str, "prompt_cache_retention": str,
+    "service_tier": str, "metadata": dict}
+"""Fields Chat Completions has too, same name and meaning: canonical sampling keys of the same
+name, with the type they must have (``text.verbosity`` is its ``verbosity``, read apart)."""
 _REQUEST_KEYS = frozenset({
     "model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls",
-    "reasoning", "max_output_tokens", "temperature", "top_p", "user"})
+    "reasoning", "max_output_tokens", "temperature", "top_p", "user", *_SHARED})
 _RESPONSE_KEYS = frozenset({"id", "created_at", "model", "output", "usage", "status",
                             "incomplete_details"})
 _TOOL_KEYS = frozenset({"type", "name", "description", "parameters", "strict"})
@@ -256,11 +261,15 @@ class OpenAIResponsesDialect(SamplesFromPackage):
             hints["reasoning"] = reasoning_rest
         extras = split_known(obj, _REQUEST_KEYS)
         output = _parse_text_format(obj.get("text"), extras)
+        sampling = _parse_sampling(obj)
+        verbosity = _take_verbosity(extras)
+        if verbosity is not None:
+            sampling["verbosity"] = verbosity
         return ChatRequest(
             messages=messages,
             stream=bool(stream),
             model=model,
-            sampling=_parse_sampling(obj),
+            sampling=sampling,
             tools=_parse_tools(obj.get("tools")),
             tool_choice=choice,
             reasoning=reasoning,
@@ -286,7 +295,7 @@ class OpenAIResponsesDialect(SamplesFromPackage):
             out["input"] = only.content
         else:
             out["input"] = _render_items(messages, same)
-        for key in ("temperature", "top_p", "user"):
+        for key in ("temperature", "top_p", "user", *_SHARED):
             if key in req.sampling:
                 out[key] = req.sampling[key]
         cap = req.sampling.get("max_tokens", max_tokens)
@@ -306,6 +315,10 @@ class OpenAIResponsesDialect(SamplesFromPackage):
                 out["parallel_tool_calls"] = choice.parallel
         if req.output is not None:
             out["text"] = _text_config(req.output, out.get("text"))
+        verbosity = req.sampling.get("verbosity")
+        if verbosity is not None:
+            text = out.get("text")
+            out["text"] = {**(text if isinstance(text, dict) else {}), "verbosity": verbosity}
         if not same:
             # The client's API stores nothing unless asked (Chat Completions' store defaults to
             # false); OpenAI's Responses API would keep every answer by default.
@@ -437,7 +450,33 @@ def _parse_sampling(obj: dict[str, JSON]) -> dict[str, JSON]:
         if isinstance(cap, bool) or not isinstance(cap, int):
             raise DialectError("must be an integer", "max_output_tokens")
         sampling["max_tokens"] = cap
+    for key, kind in _SHARED.items():
+        value = obj.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, kind):
+            raise DialectError("must be an object" if kind is dict else "must be a string", key)
+        sampling[key] = value
     return sampling
+
+
+def _take_verbosity(extras: dict[str, JSON]) -> str | None:
+    """``text.verbosity`` (Chat Completions' ``verbosity``), taken out of the ``text`` kept in
+    ``extras`` (what is left of it stays there)."""
+    text = extras.get("text")
+    if not isinstance(text, dict):
+        return None
+    verbosity = text.get("verbosity")
+    if verbosity is None:
+        return None
+    if not isinstance(verbosity, str):
+        raise DialectError("must be a string", "text.verbosity")
+    rest = {k: v for k, v in text.items() if k != "verbosity"}
+    if rest:
+        extras["text"] = rest
+    else:
+        del extras["text"]
+    return verbosity
 
 
 def _parse_reasoning(raw: JSON) -> tuple[ReasoningRequest | None, dict[str, JSON]]:
@@ -1189,7 +1228,10 @@ def _echo(req: ChatRequest) -> dict[str, Any]:
         first, same) else None
     choice = req.tool_choice
     reasoning = req.reasoning
-    metadata = extras.get("metadata")
+    metadata = req.sampling.get("metadata")
+    text = extras.get("text")
+    if req.sampling.get("verbosity") is not None:
+        text = {**(text if isinstance(text, dict) else {}), "verbosity": req.sampling["verbosity"]}
     kept = req.hints.get(_KEPT)
     return {
         "instructions": instructions,
@@ -1201,8 +1243,9 @@ def _echo(req: ChatRequest) -> dict[str, Any]:
                       "summary": reasoning.summary if reasoning else None},
         "store": bool(kept.get("store")) if kept else False,  # kept by the gateway, or not
         "temperature": req.sampling.get("temperature"),
-        "text": _text_config(req.output, extras.get("text")) if req.output is not None
-        else extras.get("text") or {"format": {"type": "text"}},
+        "text": _text_config(req.output, text) if req.output is not None
+        else {"format": {"type": "text"}, **text} if isinstance(text, dict)
+        else {"format": {"type": "text"}},
         "tool_choice": _render_tool_choice(choice, req.hints.get("tool_choice") if same
                                            else None) if choice is not None else "auto",
         "tools": _render_tools(req.tools, same),

@@ -287,7 +287,14 @@ class _Encoder:
             tail["model"] = model
         self._tail = b"," + orjson.dumps(tail)[1:]
         choice: dict[str, Any] = {"delta": {"role": "assistant"}}
-        choice["context"] = start.context if start and start.context is not None else {}
+        # The first chunk's context is where this version's frontend finds the answer's shell:
+        # it keeps the chunk only when context.data_points is there, and reads choices[0] of
+        # what it kept on the first piece of text (azure-search-openai-demo's Chat.tsx of that
+        # version), so a context without data_points gets the empty one.
+        context = start.context if start and start.context is not None else _EMPTY_CONTEXT
+        if isinstance(context, dict) and not isinstance(context.get("data_points"), dict):
+            context = {**context, "data_points": _EMPTY_CONTEXT["data_points"]}
+        choice["context"] = context
         if start and start.session_state is not None:
             choice["session_state"] = start.session_state
         choice["finish_reason"] = None

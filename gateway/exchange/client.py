@@ -75,6 +75,7 @@ async def read_chat_request(request: ClientRequest, entry: RouteEntry, config: G
         raise Refused(ChatError(400, f"invalid request: {e}", param=e.where or None)) from None
     except Refusal as r:
         raise Refused(r.error) from None
+    req.wire = body  # what it holds beyond the canonical fields is accounted from it
     if resolved is not None:
         resolved.marked(req)
     if entry.model is not None:

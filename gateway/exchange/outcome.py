@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gateway.canonical import Usage
+from gateway.carry import dropped_label
 from gateway.forwarding import client_address
 from gateway.metric_children import count_usage
 from gateway.metrics import Metrics
@@ -151,7 +152,7 @@ def record(o: Outcome, metrics: Metrics, log: Any, recent: RecentTraffic | None)
         if o.disconnected:
             m.client_disconnects.labels(o.route).inc()
         for f in o.dropped:
-            m.dropped_fields.labels(o.route, f).inc()
+            m.dropped_fields.labels(o.route, dropped_label(f)).inc()
         count_usage(m.tokens, o.upstream, o.usage)
         if recent is not None:
             recent.add(o.route, o.duration, o.status, stream=o.stream, ttft=o.ttft)

@@ -72,6 +72,7 @@ from gateway.dialects.base import (
     split_known,
     text_of,
 )
+from gateway.dialects.fields import FieldTable, load_table
 from gateway.errors import DialectError
 from gateway.framing import Framing, Named, Payload
 
@@ -185,6 +186,10 @@ class FixtureDialect:
     @cached_property
     def samples(self) -> Samples:
         return load_samples(NAME, Path(__file__).parent / "fixture_samples")
+
+    @cached_property
+    def field_table(self) -> FieldTable:
+        return load_table((Path(__file__).parent / "fixture_fields.yaml").read_text("utf-8"))
 
     # --- requests ------------------------------------------------------------------------------
 

@@ -220,7 +220,8 @@ def test_tool_choice_both_ways(raw: Any, mode: str, name: str | None,
 def test_openai_request_to_anthropic_upstream() -> None:
     body = OPENAI.samples.requests["tools"]
     _, out, lost = translate_request(body, OPENAI, A, model="claude-up")
-    assert lost == []
+    # the image's detail (OpenAI's resolution hint) has no place in Anthropic's image block
+    assert lost == ["messages[].content[].image_url.detail"]
     seen = strict.read_request(out)
     assert out["model"] == "gpt-4o"
     assert out["max_tokens"] == 4096  # the API requires one: the default when none is set

@@ -142,3 +142,19 @@ def test_a_text_response_format_is_plain_text_kept_for_its_own_dialect() -> None
 def test_a_malformed_json_schema_is_a_400_naming_it(fmt: dict) -> None:
     with pytest.raises(Exception, match="response_format"):
         ME.parse_request({**ME.samples.requests["text"], "response_format": fmt})
+
+
+def test_keys_of_text_and_image_parts_go_back_to_openai_and_nowhere_else() -> None:
+    """A part's ``prompt_cache_breakpoint`` (the SDK types it on text and image parts) is kept for
+    an OpenAI upstream, and reported by path for any other."""
+    mark = {"mode": "explicit"}
+    body = {"model": "m", "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "look", "prompt_cache_breakpoint": mark},
+        {"type": "image_url", "image_url": {"url": "https://example.com/a.png", "detail": "low"},
+         "prompt_cache_breakpoint": mark}]}]}
+    _, out, lost = translate_request(body, ME, ME)
+    assert out["messages"] == body["messages"] and lost == []
+    other = next(d for d in DIALECTS.values() if d.name != ME.name and d.capabilities.images)
+    _, out, lost = translate_request(body, ME, other, policy="drop")
+    assert "prompt_cache_breakpoint" not in orjson.dumps(out).decode()
+    assert "messages[].content[].prompt_cache_breakpoint" in lost
