@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.app import create_app
 from gateway.config import parse_config
-from gateway.dialects import DIALECTS, Dialect
+from gateway.dialects import DIALECTS, Dialect, client_path
 from gateway.dialects.fields import Field, FieldTable, table_of
 from gateway.log import configure_logging
 from gateway.upstream import MemoryResponse, MemoryTransport, UpstreamRequest
@@ -108,7 +108,7 @@ async def test_dropped_fields_are_left_out_logged_by_path_and_counted(
                  UNDOCUMENTED_KEY: 1})
     sent: list[Any] = []
     gw = await _gateway(aiohttp_client, client, up, "drop", sent)
-    resp = await gw.post("/c", json=body)
+    resp = await gw.post(client_path(client, "/c", "m", stream=False), json=body)
     assert resp.status == 200, await resp.text()
     (upstream_body,) = sent
     for key in (reported.path, governed.path, UNDOCUMENTED_KEY):
@@ -126,10 +126,11 @@ async def test_under_reject_only_a_field_left_to_the_policy_is_refused(
         reported: Field, governed: Field, up: Dialect) -> None:
     sent: list[Any] = []
     gw = await _gateway(aiohttp_client, client, up, "reject", sent)
-    resp = await gw.post("/c", json={**copy.deepcopy(table.base), reported.path: reported.sample})
+    path = client_path(client, "/c", "m", stream=False)
+    resp = await gw.post(path, json={**copy.deepcopy(table.base), reported.path: reported.sample})
     assert resp.status == 200, await resp.text()
     assert reported.path in _access(logs)[-1]["dropped"]
-    resp = await gw.post("/c", json={**copy.deepcopy(table.base), governed.path: governed.sample})
+    resp = await gw.post(path, json={**copy.deepcopy(table.base), governed.path: governed.sample})
     assert resp.status == 400
     err = client.parse_error(await resp.json())  # in the client's own dialect
     assert err is not None and governed.path in err.message and up.name in err.message, err

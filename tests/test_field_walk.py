@@ -30,7 +30,7 @@ import pytest
 
 from gateway.canonical import ChatRequest, Message
 from gateway.carry import Unsupported, dropped_label
-from gateway.dialects import DIALECTS, Dialect
+from gateway.dialects import DIALECTS, Dialect, upstream_url_of
 from gateway.dialects.fields import (
     ALWAYS,
     CAPABILITY_PLACES,
@@ -177,13 +177,22 @@ def _plain(path: str) -> str:
     return re.sub(r"\[[^\]]*\]", "", path)
 
 
+def _wire(key: str, table: FieldTable) -> str:
+    """An SDK type's key as the wire spells it (``thinking_config``: ``thinkingConfig`` for an
+    SDK that sends lowerCamelCase)."""
+    if table.sdk_names != "camel":
+        return key
+    head, *rest = key.split("_")
+    return head + "".join(w[:1].upper() + w[1:] for w in rest)
+
+
 @pytest.mark.parametrize(("table", "spec"), SDK_TYPES)
 def test_every_key_of_the_sdks_request_types_is_in_the_table(table: FieldTable,
                                                              spec: str) -> None:
     ref, _, at = spec.partition(" at ")
     module, _, name = ref.partition(":")
     typed = getattr(importlib.import_module(module), name)
-    keys = {k for cls in getattr(typed, "__mro__", (typed,))
+    keys = {_wire(k, table) for cls in getattr(typed, "__mro__", (typed,))
             for k in getattr(cls, "__annotations__", {})}
     assert keys, spec
     documented = {_plain(f.path) for f in table.fields.values()} | {
@@ -224,20 +233,24 @@ def test_the_field_reaches_every_upstream_or_is_reported(client: Dialect, table:
                 f.to == "answer" and f.feature is not None)
         else:
             carried = sent != base_sent
+        # an upstream that names the model in its URL (the request target), not in its body
+        in_url = f.to == "model" and _url(req, upstream) != _url(base_req, upstream)
+        carried = carried or in_url
         reported = bool(names & set(lost))
         theirs = table_of(upstream)
         assert theirs is not None
         found = {u.path: u.field for u in uses(theirs, sent)}
         if upstream.name == client.name:
             assert carried and not reported, f"{where}: not carried on its own dialect"
-            assert f.to in _CANONICAL_ONLY or f.path in found, f"{where}: not at its path"
+            assert f.to in _CANONICAL_ONLY or in_url or f.path in found, \
+                f"{where}: not at its path"
             continue
         if f.to == "client":  # the client's own bookkeeping: no upstream of another API's
             assert not reported, f"{where}: reported, though it is the client's own"
             continue
         assert f.to is not None or reported, f"{where}: kept for its own dialect, unreported"
         assert carried or reported, f"{where}: vanished, unreported"
-        if not reported and f.to not in _CANONICAL_ONLY:
+        if not reported and f.to not in _CANONICAL_ONLY and not in_url:
             # mapped: the upstream's own table finds a field of the same place in what it got
             assert any(g is not None and g.to == f.to for g in found.values()), \
                 f"{where}: the upstream got no field of {f.to}"
@@ -263,6 +276,12 @@ def _masked(one: JSON, two: JSON) -> JSON:
 _CANONICAL_ONLY = frozenset({"stream", "answer"})
 """Places an upstream request need not show: whether to stream is the exchange's to choose
 (by the path, for some dialects), and ``answer`` shapes the client's own answer."""
+
+
+def _url(req: Any, upstream: Dialect) -> str | None:
+    """Where ``req`` would be sent to an upstream of a dialect that builds its URL from the
+    model (``None``: the configured URL, whatever the model)."""
+    return upstream_url_of(upstream, "http://upstream.test/base", req.model, stream=False)
 
 
 def _canonical(req: Any) -> tuple[Any, ...]:

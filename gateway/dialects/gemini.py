@@ -19,7 +19,10 @@ kept verbatim for this dialect), ``toolConfig.functionCallingConfig``, ``generat
 (ids kept; a call without one gets one, which its response finds by name), a ``thought`` text, or
 anything else kept verbatim. ``cachedContent``, ``fileData`` parts and ``candidateCount`` above one
 only this dialect can carry: they travel as verbatim content parts, so that the route's
-``on_unsupported`` policy decides for an upstream of another dialect.
+``on_unsupported`` policy decides for an upstream of another dialect; several
+``allowedFunctionNames`` and a ``responseMimeType`` other than JSON or plain text are named
+``unmapped`` (``options``) for the same reason. Every request field, and where it goes, is in
+``fields/gemini.yaml``.
 
 ``thoughtSignature`` is opaque and goes back only to the dialect that issued it: a signature of
 this dialect's upstream is kept as it came; reasoning that another dialect signed (an Anthropic
@@ -104,6 +107,10 @@ _SAMPLING = (("temperature", "temperature"), ("topP", "top_p"), ("topK", "top_k"
              ("presencePenalty", "presence_penalty"), ("frequencyPenalty", "frequency_penalty"))
 _INTEGERS = frozenset({"topK", "maxOutputTokens", "seed"})
 _RESPONSE_KEYS = frozenset({"candidates", "usageMetadata", "modelVersion", "responseId"})
+
+_PLAIN_MIMES = (None, "text/plain", "application/json")
+"""Response types with a canonical place (a plain answer, structured output); another one
+(``text/x.enum``) is the gemini upstream's only."""
 
 _METHODS = {"generateContent": False, "streamGenerateContent": True}
 _COUNT = "countTokens"
@@ -228,7 +235,8 @@ def _reasoning_of(text: str, signature: str | None) -> Reasoning:
             if kind == "redacted":
                 return Reasoning(text, redacted=value, dialect=dialect)
             return Reasoning(text, signature=value, dialect=dialect)
-    return Reasoning(text, signature=signature, dialect=NAME if signature else None)
+    # (unsigned thought text is this dialect's too: a Gemini upstream takes it back as it came)
+    return Reasoning(text, signature=signature, dialect=NAME if signature or text else None)
 
 
 def _signature_of(r: Reasoning) -> str | None:
@@ -489,10 +497,34 @@ def _parse_tool_choice(raw: JSON) -> ToolChoice | None:
         raise DialectError("must be AUTO, ANY, NONE or VALIDATED",
                            "toolConfig.functionCallingConfig.mode")
     allowed = config.get("allowedFunctionNames")
-    if mode == "ANY" and isinstance(allowed, list) and len(allowed) == 1 \
-            and isinstance(allowed[0], str):
+    if _one_allowed(mode, allowed):
+        assert isinstance(allowed, list)
         return ToolChoice("tool", allowed[0])
     return ToolChoice(_CHOICE_IN[mode])  # type: ignore[arg-type]
+
+
+def _one_allowed(mode: JSON, allowed: JSON) -> bool:
+    """Whether ``allowedFunctionNames`` names the one tool an ``ANY`` call must be (a named
+    tool choice); several names, or names under another mode, have no canonical place."""
+    return mode == "ANY" and isinstance(allowed, list) and len(allowed) == 1 \
+        and isinstance(allowed[0], str)
+
+
+def _unmapped(obj: dict[str, JSON], config: dict[str, JSON]) -> list[str]:
+    """What the request asks that no canonical place holds, though its field is otherwise read
+    (the route's ``on_unsupported`` decides for an upstream of another dialect, as ``options``):
+    a set of allowed functions, a response type other than JSON or plain text."""
+    out: list[str] = []
+    tool_config = _sub(obj, "toolConfig")
+    calling = _sub(tool_config, "functionCallingConfig") if isinstance(tool_config, dict) \
+        else None
+    if isinstance(calling, dict):
+        allowed = calling.get("allowedFunctionNames")
+        if allowed and not _one_allowed(calling.get("mode", "AUTO"), allowed):
+            out.append("toolConfig.functionCallingConfig.allowedFunctionNames")
+    if config.get("responseMimeType") not in _PLAIN_MIMES:
+        out.append("generationConfig.responseMimeType")
+    return out
 
 
 def _parse_thinking(raw: JSON) -> ReasoningRequest | None:
@@ -520,7 +552,7 @@ def _parse_output(config: dict[str, JSON]) -> OutputFormat | None:
     if schema is None and config.get("responseSchema") is not None:
         schema = _json_schema(config["responseSchema"])
     if mime != "application/json":
-        if schema is not None:
+        if schema is not None and mime in _PLAIN_MIMES:
             raise DialectError("a response schema needs responseMimeType application/json",
                                "generationConfig.responseMimeType")
         return None
@@ -946,6 +978,7 @@ class GeminiDialect(SamplesFromPackage):
             tool_choice=_parse_tool_choice(obj.get("toolConfig")),
             reasoning=_parse_thinking(config.get("thinkingConfig")),
             output=_parse_output(config),
+            unmapped=_unmapped(obj, config),
             extras=extras,
             extras_dialect=NAME,
         )
@@ -981,9 +1014,11 @@ class GeminiDialect(SamplesFromPackage):
         tools = _render_tools(req, same)
         if tools:
             out["tools"] = tools
-        if req.tool_choice is not None and (tools or same):
-            raw = req.extras.get("_tool_config") if same else None
-            out["toolConfig"] = raw if raw is not None else _render_tool_choice(req.tool_choice)
+        raw_config = req.extras.get("_tool_config") if same else None
+        if raw_config is not None:  # (retrievalConfig and the like, with a choice or without)
+            out["toolConfig"] = raw_config
+        elif req.tool_choice is not None and tools:
+            out["toolConfig"] = _render_tool_choice(req.tool_choice)
         if "cachedContent" in top:
             out["cachedContent"] = top["cachedContent"]
         config = self._config(req, same, top, req.model or model)

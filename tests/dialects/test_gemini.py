@@ -310,3 +310,28 @@ async def test_a_stream_without_alt_sse_is_a_json_array(aiohttp_client: Any, alt
         events = reader_for(G).read_stream(frame_sse(elements))
     want = reader_for(up).read_stream(up.samples.streams["text"])
     assert events.text == want.text and events.finish == "STOP"
+
+
+_TWO_TOOLS = [{"functionDeclarations": [{"name": "f"}, {"name": "g"}, {"name": "h"}]}]
+
+
+@pytest.mark.parametrize("extra", [
+    {"tools": _TWO_TOOLS, "toolConfig": {"functionCallingConfig": {
+        "mode": "ANY", "allowedFunctionNames": ["f", "g"]}}},
+    {"generationConfig": {"responseMimeType": "text/x.enum",
+                          "responseSchema": {"type": "STRING", "enum": ["a", "b"]}}},
+], ids=["allowed-names", "enum-answer"])
+def test_what_has_no_canonical_place_is_left_to_the_policy(extra: dict[str, Any]) -> None:
+    body: dict[str, Any] = {**TEXT, **extra}
+    _, same, lost = translate_request(body, G, G, policy="reject")
+    assert lost == [] and {k: same[k] for k in extra} == extra  # to Gemini: as it came
+    with pytest.raises(Unsupported) as refused:
+        translate_request(body, G, OPENAI, policy="reject")
+    assert refused.value.fields == ["options"]
+    assert translate_request(body, G, OPENAI, policy="drop")[2] == ["options"]
+
+
+def test_a_tool_config_without_a_choice_goes_back_to_gemini() -> None:
+    body = {**TEXT, "toolConfig": {"retrievalConfig": {"latLng": {"latitude": 1.0,
+                                                                   "longitude": 2.0}}}}
+    assert translate_request(body, G, G)[1]["toolConfig"] == body["toolConfig"]

@@ -17,6 +17,8 @@ The format::
                                  # at a nested path): each of their keys is a field here, one an
                                  # entry ``covers``, or (top level) one under not_body
     not_body: {<key>: <why>}     # a key the SDK sends elsewhere (a header)
+    sdk_names: camel             # the SDK's types spell keys in snake_case and send them in
+                                 # lowerCamelCase, as the table lists them (absent: as they are)
     base: {...}                  # a small valid request; the test adds each field to it
     carries: [<place>, ...]      # places the renderer writes that no field of its own reads
     reads_only: [<place>, ...]   # places its fields are read into that it never writes for a
@@ -175,6 +177,9 @@ class FieldTable:
     sdk_types: tuple[str, ...] = ()
     not_body: dict[str, str] = field(default_factory=dict)
     base: JSON = None
+    sdk_names: Literal["as_is", "camel"] = "as_is"
+    """How the wire spells the keys of :attr:`sdk_types` (``camel``: snake_case ones in
+    lowerCamelCase, as google-genai sends them)."""
     carries: frozenset[str] = frozenset()
     places: frozenset[str] = frozenset()
     """Every place an upstream of this dialect is sent: its fields' and :attr:`carries`, but
@@ -212,8 +217,8 @@ def _compile(fields: dict[str, Field]) -> _Node:
     return root
 
 
-_TABLE_KEYS = frozenset({"dialect", "sources", "sdk_types", "not_body", "base", "carries",
-                         "reads_only", "fields"})
+_TABLE_KEYS = frozenset({"dialect", "sources", "sdk_types", "not_body", "sdk_names", "base",
+                         "carries", "reads_only", "fields"})
 _FIELD_KEYS = frozenset({"to", "lost", "default", "sample", "request", "feature", "note",
                          "covers", "no_loss"})
 
@@ -239,12 +244,15 @@ def load_table(text: str) -> FieldTable:
             sample=spec.get("sample", _NO_DEFAULT), request=spec.get("request"),
             feature=spec.get("feature"), note=spec.get("note"),
             covers=tuple(spec.get("covers") or ()), no_loss=tuple(spec.get("no_loss") or ()))
+    sdk_names = raw.get("sdk_names", "as_is")
+    if sdk_names not in ("as_is", "camel"):
+        raise ValueError(f"sdk_names must be as_is or camel, not {sdk_names!r}")
     carries = frozenset(raw.get("carries") or ())
     places = (frozenset(f.to for f in fields.values() if f.to is not None) | carries) \
         - frozenset(raw.get("reads_only") or ())
     return FieldTable(raw["dialect"], fields, dict(raw.get("sources") or {}),
                       tuple(raw.get("sdk_types") or ()), dict(raw.get("not_body") or {}),
-                      raw.get("base"), carries, places, _compile(fields))
+                      raw.get("base"), sdk_names, carries, places, _compile(fields))
 
 
 @cache
