@@ -683,7 +683,10 @@ class AISDKUIDialect(SamplesFromPackage):
                 else c.mode
         if req.reasoning is not None:
             r = req.reasoning
-            effort = r.effort or (None if r.enabled else "none")
+            # reasoning asked for with neither an effort nor a budget (Responses' reasoning {},
+            # Ollama's think: true) is the default effort of the names these keys take, medium
+            effort = r.effort or ("none" if not r.enabled else
+                                  "medium" if r.budget_tokens is None else None)
             if effort is not None:
                 out["reasoningEffort"] = effort
             if r.budget_tokens is not None:
