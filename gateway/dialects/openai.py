@@ -424,8 +424,9 @@ _PART_KEYS = {"text": frozenset({"type", "text"}), "image_url": frozenset({"type
 def _part_extras(p: JSON) -> dict[str, JSON] | None:
     """The keys of a text or image part no canonical field names (``prompt_cache_breakpoint``),
     kept for an upstream of this dialect."""
-    known = _PART_KEYS.get(p.get("type")) if isinstance(p, dict) else None  # type: ignore[arg-type]
-    if known is None:
+    kind = p.get("type") if isinstance(p, dict) else None
+    known = _PART_KEYS.get(kind) if isinstance(kind, str) else None
+    if known is None or not isinstance(p, dict):
         return None
     return {k: v for k, v in p.items() if k not in known} or None
 
