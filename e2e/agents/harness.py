@@ -34,6 +34,16 @@ class Gateway:
     log: Path
     """The gateway's stdout and stderr (JSON log lines, the access log among them)."""
 
+    async def access_after(self, requests: int, within: float = 5.0) -> list[dict[str, object]]:
+        """The access lines once ``requests`` are there: a request's line is written when its
+        answer has ended, which may be just after the agent read the answer and exited."""
+        deadline = asyncio.get_running_loop().time() + within
+        while True:
+            lines = self.access_lines()
+            if len(lines) >= requests or asyncio.get_running_loop().time() > deadline:
+                return lines
+            await asyncio.sleep(0.05)
+
     def access_lines(self) -> list[dict[str, object]]:
         out = []
         for line in self.log.read_text().splitlines():

@@ -72,5 +72,5 @@ async def test_claude_code_tool_loop(
     assert final in run.stdout, (run.stdout[-2000:], run.stderr[-2000:])
     assert (work / made).read_text() == content
     assert backend.seen.calls and backend.seen.results, backend.seen
-    turns = [a for a in gateway.access_lines() if a.get("status") == 200]
+    turns = [a for a in await gateway.access_after(2) if a.get("status") == 200]
     assert len(turns) >= 2, turns

@@ -114,7 +114,7 @@ async def test_codex_tool_loop(
         # Chat Completions has freeform tools; Anthropic gets the one-string-argument function
         assert offered.freeform == (backend_path == CHAT)
     assert backend.seen.calls and backend.seen.results, backend.seen
-    turns = [a for a in gateway.access_lines() if a.get("status") == 200]
+    turns = [a for a in await gateway.access_after(2) if a.get("status") == 200]
     assert len(turns) >= 2, turns
     # the hosted tools Codex offers (web_search, …) were dropped by the default policy, and said
     assert all("hosted_tools" in (a.get("dropped") or []) for a in turns), turns
@@ -136,7 +136,7 @@ async def test_codex_answers_from_a_backend_without_tools(
     assert not backend.seen.errors, backend.seen.errors
     assert run.returncode == 0, run.stderr[-3000:]
     assert final in run.stdout, (run.stdout[-2000:], run.stderr[-2000:])
-    turns = [a for a in gateway.access_lines() if a.get("status") == 200]
+    turns = [a for a in await gateway.access_after(1) if a.get("status") == 200]
     assert turns and all({"tools", "tool_choice", "reasoning_effort"} <= set(
         a.get("dropped") or []) for a in turns), turns
 

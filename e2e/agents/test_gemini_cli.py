@@ -106,7 +106,7 @@ async def test_gemini_cli_write_file_loop(
     assert (work / "written.txt").read_text() == "write-ok\n"
     assert FINAL in run.stdout, (run.stdout[-2000:], run.stderr[-2000:])
     assert backend.seen.calls and backend.seen.results, backend.seen
-    turns = [a for a in gateway.access_lines() if a.get("status") == 200]
+    turns = [a for a in await gateway.access_after(2) if a.get("status") == 200]
     assert len(turns) >= 2, turns
     assert all(a.get("client_dialect") == turns[0]["client_dialect"] for a in turns)
     # the key reached neither a log line nor a URL the gateway logged
