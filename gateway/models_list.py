@@ -30,22 +30,18 @@ from dataclasses import dataclass
 import orjson
 from aiohttp import web
 
-from gateway.auth import accepted_key
 from gateway.canonical import JSON, ChatError
 from gateway.config import GatewayConfig
 from gateway.dialects import Dialect, get
 from gateway.dialects.base import ModelInfo
 from gateway.exchange import Env, error_response
-from gateway.exchange.client import request_id_of
-from gateway.exchange.outcome import Outcome, record
-from gateway.forwarding import client_address
+from gateway.exchange.access import Refused, check_access, record_beside, request_id_of
 from gateway.pipeline import optional
 from gateway.runtime import RouteEntry, Runtime, normalize_path
 
 __all__ = ["ModelInfoEndpoint", "ModelList", "info_path", "listing_path", "model_info_for",
            "model_infos", "model_list_for", "model_lists", "route_model_list"]
 
-_ALLOW = "GET, HEAD"
 
 
 def listing_path(route_path: str, dialect: Dialect) -> str | None:
@@ -103,27 +99,18 @@ class ModelList:
         started = time.perf_counter()
         request_id = request_id_of(request)
         dialect, names = self.group_for(request)
-        keys = config.auth.accepted_keys
-        if request.method not in ("GET", "HEAD"):
-            response = error_response(dialect, ChatError(
-                405, f"{request.method} is not allowed here; use GET",
-                code="METHOD_NOT_ALLOWED"), request_id, {"Allow": _ALLOW})
-        elif keys and accepted_key(request, keys) is None:
-            response = error_response(dialect, ChatError(
-                401, "a valid API key is required", code="UNAUTHORIZED",
-                type="authentication_error"), request_id)
+        try:
+            check_access(request, config.auth.accepted_keys, ("GET", "HEAD"))
+        except Refused as r:
+            response = error_response(dialect, r.error, request_id, r.headers)
         else:
             response = web.Response(
                 body=orjson.dumps(dialect.render_models(names)),
                 content_type="application/json", headers={"X-Request-ID": request_id})
-        record(Outcome(
-            request_id=request_id, route=self.path, client_dialect=dialect.name,
-            status=response.status, duration=time.perf_counter() - started, path=request.path,
-            method=request.method,
-            client=client_address(request, config.server.trusted_proxies),
-            user_agent=request.headers.get("User-Agent"),
-            request_bytes=request.content.total_bytes,
-            response_bytes=response.content_length or 0), env.metrics, env.log, None)
+        record_beside(request, response, route=self.path, dialect=dialect.name,
+                      request_id=request_id, started=started,
+                      trusted_proxies=config.server.trusted_proxies, metrics=env.metrics,
+                      log=env.log)
         return response
 
 
@@ -185,32 +172,22 @@ class ModelInfoEndpoint:
         started = time.perf_counter()
         request_id = request_id_of(request)
         dialect = get(self.dialect)
-        keys = config.auth.accepted_keys
-        if request.method != "POST":
-            response = error_response(dialect, ChatError(
-                405, f"{request.method} is not allowed here; use POST",
-                code="METHOD_NOT_ALLOWED"), request_id, {"Allow": "POST"})
-        elif keys and accepted_key(request, keys) is None:
-            response = error_response(dialect, ChatError(
-                401, "a valid API key is required", code="UNAUTHORIZED",
-                type="authentication_error"), request_id)
-        else:
+        try:
+            check_access(request, config.auth.accepted_keys, ("POST",))
             name, err = self._asked(await request.read(), dialect)
             if err is not None:
-                response = error_response(dialect, err, request_id)
-            else:
-                describe: Callable[[str], JSON] = optional(dialect, "render_model_info")
-                response = web.Response(
-                    body=orjson.dumps(describe(name)), content_type="application/json",
-                    headers={"X-Request-ID": request_id})
-        record(Outcome(
-            request_id=request_id, route=self.path, client_dialect=dialect.name,
-            status=response.status, duration=time.perf_counter() - started, path=request.path,
-            method=request.method,
-            client=client_address(request, config.server.trusted_proxies),
-            user_agent=request.headers.get("User-Agent"),
-            request_bytes=request.content.total_bytes,
-            response_bytes=response.content_length or 0), env.metrics, env.log, None)
+                raise Refused(err)
+        except Refused as r:
+            response = error_response(dialect, r.error, request_id, r.headers)
+        else:
+            describe: Callable[[str], JSON] = optional(dialect, "render_model_info")
+            response = web.Response(
+                body=orjson.dumps(describe(name)), content_type="application/json",
+                headers={"X-Request-ID": request_id})
+        record_beside(request, response, route=self.path, dialect=dialect.name,
+                      request_id=request_id, started=started,
+                      trusted_proxies=config.server.trusted_proxies, metrics=env.metrics,
+                      log=env.log)
         return response
 
     def _asked(self, raw: bytes, dialect: Dialect) -> tuple[str, ChatError | None]:

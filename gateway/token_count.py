@@ -36,10 +36,10 @@ from gateway.config import UpstreamConfig
 from gateway.dialects import Dialect, TokenCount, get, routes_by_prefix, upstream_url_of
 from gateway.errors import ParseError, UpstreamError
 from gateway.exchange import Env, error_response
-from gateway.exchange.client import Keep, Refused, read_chat_request, request_id_of
+from gateway.exchange.access import Refused, record_beside, request_id_of
+from gateway.exchange.client import Keep, read_chat_request
 from gateway.exchange.headers import upstream_headers
-from gateway.exchange.outcome import NONE, Outcome, record
-from gateway.forwarding import client_address
+from gateway.exchange.outcome import NONE
 from gateway.pipeline import adapt_request, parse_body
 from gateway.runtime import RouteEntry, Runtime, normalize_path
 from gateway.upstream import start_call
@@ -124,15 +124,11 @@ class Counter:
             env.log.exception("internal_error", request_id=request_id, path=self.path)
             response = error_response(dialect, ChatError(
                 500, "internal gateway error", code="INTERNAL_ERROR"), request_id)
-        record(Outcome(
-            request_id=request_id, route=self.path, client_dialect=dialect.name,
-            status=response.status, duration=time.perf_counter() - started,
-            upstream=upstream, upstream_dialect=upstream_dialect, path=request.path,
-            method=request.method,
-            client=client_address(request, runtime.config.server.trusted_proxies),
-            user_agent=request.headers.get("User-Agent"),
-            request_bytes=request.content.total_bytes,
-            response_bytes=response.content_length or 0), env.metrics, env.log, None)
+        record_beside(request, response, route=self.path, dialect=dialect.name,
+                      request_id=request_id, started=started,
+                      trusted_proxies=runtime.config.server.trusted_proxies,
+                      metrics=env.metrics, log=env.log, upstream=upstream,
+                      upstream_dialect=upstream_dialect)
         return response
 
     def _answer(self, tokens: int, source: str, request_id: str) -> web.Response:

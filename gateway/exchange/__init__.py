@@ -19,9 +19,10 @@ from aiohttp import web
 from gateway.balancer import Balancer, UpstreamState
 from gateway.canonical import ChatError
 from gateway.dialects import Dialect
+from gateway.exchange.access import Refused, request_id_of
 from gateway.exchange.answer import Answerer, ClientGone, error_response
 from gateway.exchange.attempts import AttemptContext, AttemptLog, run_attempts
-from gateway.exchange.client import Keep, Refused, read_chat_request, request_id_of
+from gateway.exchange.client import Keep, read_chat_request
 from gateway.exchange.headers import upstream_headers
 from gateway.exchange.kept import KeptStore
 from gateway.exchange.outcome import NONE, Outcome, outcome_of, record

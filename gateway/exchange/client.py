@@ -10,34 +10,17 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.auth import accepted_key
 from gateway.canonical import ChatError, ChatRequest, random_hex
 from gateway.config import GatewayConfig
 from gateway.edge import BodyTimeout
 from gateway.errors import ParseError
-from gateway.exchange.kept import Keeping, KeptStore, Refusal, Resolved, resolve
+from gateway.exchange.access import Refused, check_access
+from gateway.exchange.kept import Keeping, KeptStore, Resolved, resolve
 from gateway.incoming import ClientRequest
 from gateway.pipeline import parse_body
 from gateway.runtime import RouteEntry, Runtime
 
-__all__ = ["Keep", "Refused", "read_chat_request", "request_id_of"]
-
-
-class Refused(Exception):
-    """The request is answered before any upstream is tried."""
-
-    def __init__(self, error: ChatError, headers: dict[str, str] | None = None) -> None:
-        super().__init__(error.message)
-        self.error = error
-        self.headers = headers or {}
-
-
-def request_id_of(request: ClientRequest) -> str:
-    """The client's ``X-Request-ID`` when it is a sane token, else a new one."""
-    rid = request.headers.get("X-Request-ID", "")
-    if rid and len(rid) <= 128 and rid.isprintable() and rid.isascii():
-        return rid
-    return random_hex()
+__all__ = ["Keep", "read_chat_request"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,13 +38,7 @@ async def read_chat_request(request: ClientRequest, entry: RouteEntry, config: G
     """The client's request in canonical form (its stored references resolved, with ``keep``,
     on a route that keeps state at the gateway) and what keeps its answer, or
     :class:`Refused`."""
-    if request.method != "POST":
-        raise Refused(ChatError(405, f"{request.method} is not allowed here; use POST",
-                                code="METHOD_NOT_ALLOWED"), {"Allow": "POST, OPTIONS"})
-    keys = config.auth.accepted_keys
-    if keys and accepted_key(request, keys) is None:
-        raise Refused(ChatError(401, "a valid API key is required", code="UNAUTHORIZED",
-                                type="authentication_error"))
+    check_access(request, config.auth.accepted_keys, ("POST",), "POST, OPTIONS")
     raw = await _read_body(request, config.server.max_body_bytes)
     resolved: Resolved | None = None
     try:
@@ -73,8 +50,6 @@ async def read_chat_request(request: ClientRequest, entry: RouteEntry, config: G
         req = entry.client.parse_request(body)
     except ParseError as e:
         raise Refused(ChatError(400, f"invalid request: {e}", param=e.where or None)) from None
-    except Refusal as r:
-        raise Refused(r.error) from None
     req.wire = body  # what it holds beyond the canonical fields is accounted from it
     if resolved is not None:
         resolved.marked(req)

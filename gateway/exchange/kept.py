@@ -29,15 +29,14 @@ from urllib.parse import quote
 import orjson
 from aiohttp import web
 
-from gateway.auth import accepted_key, presented_key
-from gateway.canonical import JSON, ChatError, ChatRequest, random_hex
+from gateway.auth import presented_key
+from gateway.canonical import JSON, ChatError, ChatRequest
 from gateway.dialects.stored import StoredAnswer, StoredResponses, stored_responses_of
 from gateway.errors import GatewayError, UpstreamError
+from gateway.exchange.access import Refused, check_access, record_beside, request_id_of
 from gateway.exchange.answer import error_response
 from gateway.exchange.headers import upstream_headers
-from gateway.exchange.outcome import Outcome, record
 from gateway.exchange.sink import ResponseSink
-from gateway.forwarding import client_address
 from gateway.framing import reader_for
 from gateway.incoming import ClientRequest
 from gateway.runtime import RouteEntry, Runtime, normalize_path
@@ -97,12 +96,6 @@ class KeptStore(Protocol):
                           after: str | None) -> tuple[list[str], bool] | None: ...
 
     async def delete(self, owner: str, response_id: str) -> bool: ...
-
-
-class Refusal(Exception):
-    def __init__(self, error: ChatError) -> None:
-        super().__init__(error.message)
-        self.error = error
 
 
 def owner_of(request: ClientRequest) -> str:
@@ -219,7 +212,7 @@ class Resolved:
 async def resolve(request: ClientRequest, entry: RouteEntry, runtime: Runtime, body: JSON,
                   store: KeptStore | None, log: Any, request_id: str) -> Resolved:
     """The request body with what it refers to put in (routes that keep state at the
-    gateway), and what keeps its answer; raises :class:`Refusal` (in the client's dialect's
+    gateway), and what keeps its answer; raises :class:`Refused` (in the client's dialect's
     words) for a reference to nothing or a store that cannot be reached. ``DialectError`` for a
     malformed reference."""
     stored = stored_responses_of(entry.client)
@@ -231,7 +224,7 @@ async def resolve(request: ClientRequest, entry: RouteEntry, runtime: Runtime, b
         if refs and any(runtime.config.upstreams[u.name].dialect != entry.client.name
                         for u in entry.config.upstreams):
             field = "previous_response_id" if refs.previous else "input"
-            raise Refusal(ChatError(
+            raise Refused(ChatError(
                 400, f"{field}: refers to a stored response or item, which this route leaves "
                 "to its upstream, and an upstream of another API keeps none; send the whole "
                 "conversation in input (or configure responses_store for the gateway to keep "
@@ -242,7 +235,7 @@ async def resolve(request: ClientRequest, entry: RouteEntry, runtime: Runtime, b
     if not refs and not refs.store:
         return Resolved(body, None, mark)  # nothing to read, nothing to keep
     if store is None or not store.ready:
-        raise Refusal(_unavailable())
+        raise Refused(_unavailable())
     owner = owner_of(request)
     earlier: list[JSON] = []
     items: dict[str, JSON] = {}
@@ -250,16 +243,16 @@ async def resolve(request: ClientRequest, entry: RouteEntry, runtime: Runtime, b
         if refs.previous is not None:
             found = await store.conversation(owner, refs.previous)
             if found is None:
-                raise Refusal(stored.not_found("response", refs.previous))
+                raise Refused(stored.not_found("response", refs.previous))
             earlier = [orjson.loads(b) for b in found]
         if refs.items:
             texts = await store.items(owner, refs.items)
             missing = next((i for i in refs.items if i not in texts), None)
             if missing is not None:
-                raise Refusal(stored.not_found("item", missing))
+                raise Refused(stored.not_found("item", missing))
             items = {k: orjson.loads(v) for k, v in texts.items()}
     except GatewayError:
-        raise Refusal(_unavailable()) from None
+        raise Refused(_unavailable()) from None
     body, inputs = stored.expand(body, earlier, items)
     keeping = Keeping(store, stored, owner, refs.previous, inputs, log, request_id) \
         if refs.store else None
@@ -283,43 +276,31 @@ class StoredRoute:
 
     async def answer(self, request: web.Request, runtime: Runtime, env: Env) -> web.Response:
         started = time.perf_counter()
-        rid = request.headers.get("X-Request-ID", "")
-        if not (rid and len(rid) <= 128 and rid.isprintable() and rid.isascii()):
-            rid = random_hex()
+        rid = request_id_of(request)
         stored = stored_responses_of(self.entry.client)
         assert stored is not None  # only such routes get here (stored_route_for)
         try:
             response = await self._answer(request, runtime, env, stored, rid)
-        except Refusal as r:
-            response = error_response(self.entry.client, r.error, rid)
+        except Refused as r:
+            response = error_response(self.entry.client, r.error, rid, r.headers)
         response.headers["X-Request-ID"] = rid
-        record(Outcome(
-            request_id=rid, route=self.entry.config.path, client_dialect=self.entry.client.name,
-            status=response.status, duration=time.perf_counter() - started, path=request.path,
-            method=request.method,
-            client=client_address(request, runtime.config.server.trusted_proxies),
-            user_agent=request.headers.get("User-Agent"),
-            request_bytes=request.content.total_bytes,
-            response_bytes=response.content_length or 0), env.metrics, env.log, None)
+        record_beside(request, response, route=self.entry.config.path,
+                      dialect=self.entry.client.name, request_id=rid, started=started,
+                      trusted_proxies=runtime.config.server.trusted_proxies,
+                      metrics=env.metrics, log=env.log)
         return response
 
     async def _answer(self, request: web.Request, runtime: Runtime, env: Env,
                       stored: StoredResponses, rid: str) -> web.Response:
-        allow = "GET" if self.items else "GET, DELETE"
-        if request.method not in allow.split(", "):
-            raise Refusal(ChatError(405, f"{request.method} is not allowed here; use {allow}",
-                                    code="METHOD_NOT_ALLOWED"))
-        keys = runtime.config.auth.accepted_keys
-        if keys and accepted_key(request, keys) is None:
-            raise Refusal(ChatError(401, "a valid API key is required", code="UNAUTHORIZED",
-                                    type="authentication_error"))
+        check_access(request, runtime.config.auth.accepted_keys,
+                     ("GET",) if self.items else ("GET", "DELETE"))
         if self.entry.responses_state == "upstream":
             return await self._forward(request, runtime, env, rid)
         store = env.responses
         if store is None or not store.ready:
-            raise Refusal(_unavailable())
+            raise Refused(_unavailable())
         owner = owner_of(request)
-        gone = Refusal(stored.not_found("stored", self.response_id[:200]))
+        gone = Refused(stored.not_found("stored", self.response_id[:200]))
         try:
             if self.items:
                 limit, descending, after = _page(request)
@@ -335,7 +316,7 @@ class StoredRoute:
                 return _json(stored.deleted(self.response_id))
             body = await store.get(owner, self.response_id)
         except GatewayError:
-            raise Refusal(_unavailable()) from None
+            raise Refused(_unavailable()) from None
         if body is None:
             raise gone
         return web.Response(body=body.encode(), content_type="application/json")
@@ -359,7 +340,7 @@ class StoredRoute:
         except UpstreamError as e:
             env.log.warning("upstream_error", request_id=rid, upstream=state.name, kind=e.kind,
                             error=up.scrubber(e.message))
-            raise Refusal(ChatError(502, f"upstream {state.name} could not be reached",
+            raise Refused(ChatError(502, f"upstream {state.name} could not be reached",
                                     code="BAD_GATEWAY")) from None
         status, body = response.status, bytearray()
         try:
@@ -368,7 +349,7 @@ class StoredRoute:
                 if len(body) > _FORWARD_LIMIT:
                     raise UpstreamError("malformed", "the answer is too large")
         except UpstreamError:
-            raise Refusal(ChatError(502, f"upstream {state.name} did not give its whole answer",
+            raise Refused(ChatError(502, f"upstream {state.name} did not give its whole answer",
                                     code="BAD_GATEWAY")) from None
         finally:
             response.close()
@@ -384,11 +365,11 @@ def _page(request: web.Request) -> tuple[int, bool, str | None]:
     except ValueError:
         limit = 0
     if not 1 <= limit <= most:
-        raise Refusal(ChatError(400, f"limit: must be a whole number from 1 to {most}",
+        raise Refused(ChatError(400, f"limit: must be a whole number from 1 to {most}",
                                 param="limit", type="invalid_request_error"))
     order = q.get("order", "desc")
     if order not in ("asc", "desc"):
-        raise Refusal(ChatError(400, "order: must be asc or desc", param="order",
+        raise Refused(ChatError(400, "order: must be asc or desc", param="order",
                                 type="invalid_request_error"))
     return limit, order == "desc", q.get("after") or None
 

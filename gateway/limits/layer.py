@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from gateway.auth import presented_key
 from gateway.canonical import ChatError, ChatRequest, random_hex
 from gateway.config import AuthConfig, GatewayConfig, LimitsConfig
-from gateway.exchange.client import Refused
+from gateway.exchange.access import Refused
 from gateway.incoming import ClientRequest
 from gateway.limits.headers import HeaderSink, rate_headers
 from gateway.limits.redis_store import RedisStore
