@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-import socket
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Mapping
@@ -38,6 +37,7 @@ from typing import Any, Protocol
 import aiohttp
 import faults.upstream
 import orjson
+import ports
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 from multidict import CIMultiDict
@@ -697,10 +697,8 @@ async def eventually(check: Callable[[], Awaitable[bool] | bool], within: float 
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A port for a server that binds it itself (:mod:`ports`)."""
+    return ports.free_port()
 
 
 def closed_port() -> int:

@@ -13,13 +13,14 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 import uuid
 from pathlib import Path
 from typing import Any
+
+from ports import free_port
 
 __all__ = ["PostgresServer", "pg_bin"]
 
@@ -36,20 +37,13 @@ def pg_bin() -> Path:
     return found[-1].parent
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 class PostgresServer:
     """``start()`` makes and starts the cluster, ``stop()`` stops it and removes its files;
     ``start()`` again after ``stop(remove=False)`` restarts the same cluster."""
 
     def __init__(self) -> None:
         self.bin = pg_bin()
-        self.port = _free_port()
+        self.port = free_port()
         root = os.geteuid() == 0
         # As root, in /tmp: pytest's own temporary directories are closed to other users.
         self.dir = Path(tempfile.mkdtemp(prefix="chat-gateway-pg-", dir="/tmp" if root else None))

@@ -12,14 +12,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from ports import free_port
+
 __all__ = ["RedisServer"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class RedisServer:
@@ -27,7 +22,7 @@ class RedisServer:
         binary = shutil.which("redis-server")
         assert binary, "redis-server is not installed: apt-get install redis-server (.ci/provision)"
         self.binary = binary
-        self.port = _free_port()
+        self.port = free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="chat-gateway-redis-"))
         self._proc: subprocess.Popen[bytes] | None = None
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import socket
 import sys
 from pathlib import Path
 
@@ -14,17 +13,11 @@ import orjson
 import pytest
 from fakes import client_request, error_message, known_to_a_new_process, read_answer
 from faults.upstream import TEXT, FaultUpstream
+from ports import free_port
 
 from gateway.server import loop_factory
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
 
 
 def _dialect() -> str:
@@ -56,9 +49,9 @@ async def test_serve_runs_on_the_loop_asked_for(tmp_path: Path, loop: str) -> No
 
 
 async def _serve_on(tmp_path: Path, loop: str, up: FaultUpstream) -> None:
-    port = _free_port()
+    port = free_port()
     d = _dialect()
-    path = _config(tmp_path, port, up.url(d, "ok"), _free_port())
+    path = _config(tmp_path, port, up.url(d, "ok"), free_port())
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "gateway", "serve", "--config", path, "--loop", loop, cwd=ROOT,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)

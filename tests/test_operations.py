@@ -11,7 +11,6 @@ import asyncio
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ import orjson
 import pytest
 from aiohttp.test_utils import TestServer
 from fakes import client_request, known_to_a_new_process
+from ports import free_port
 
 import gateway.demo
 from gateway.app import create_app
@@ -43,12 +43,6 @@ def _brief_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _require(tool: str) -> None:
     assert os.path.exists(tool), f"{tool} is missing: run bash .ci/provision (make test does)"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _client() -> str:
@@ -108,7 +102,7 @@ async def test_prometheus_scrapes_requests_and_ttft(tmp_path: Path) -> None:
     _require(PROMETHEUS)
     upstream = await _start_upstream()
     gateway = await _gateway(upstream)
-    prom_port = _free_port()
+    prom_port = free_port()
     (tmp_path / "prometheus.yml").write_text(
         "global: {scrape_interval: 500ms, evaluation_interval: 500ms}\n"
         "scrape_configs:\n"
@@ -171,7 +165,7 @@ async def test_promtool_accepts_metrics_output() -> None:
 @pytest.mark.timeout(90)
 async def test_two_workers_share_a_port_and_sum_metrics(tmp_path: Path) -> None:
     upstream = await _start_upstream()
-    port = _free_port()
+    port = free_port()
     assert upstream.port is not None
     cfg = tmp_path / "gw.yaml"
     cfg.write_bytes(orjson.dumps(_config(upstream.port, port)))  # JSON is YAML
@@ -211,7 +205,7 @@ async def test_every_worker_writes_json_lines_library_lines_included(tmp_path: P
     starts), and junk sent to the port is one ``bad_http_request`` warning a connection; no
     traceback anywhere."""
     upstream = await _start_upstream()
-    port = _free_port()
+    port = free_port()
     assert upstream.port is not None
     cfg = tmp_path / "gw.yaml"
     config = _config(upstream.port, port)
