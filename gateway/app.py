@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -22,6 +22,7 @@ from gateway.edge import BodyTimeout, edge_middleware
 from gateway.errors import ConfigError, UpstreamError
 from gateway.exchange import Env
 from gateway.exchange.kept import KeptStore
+from gateway.exchange.outcome import Outcome
 from gateway.exchange.sink import AiohttpSink, SinkFactory
 from gateway.keys import (
     BALANCER,
@@ -57,7 +58,8 @@ def create_app(config: GatewayConfig, *, config_path: str | Path | None = None,
                transport: Transport | None = None,
                tracing: Tracing | None = None,
                sink: SinkFactory = AiohttpSink,
-               clock: Clock = SYSTEM_CLOCK) -> web.Application:
+               clock: Clock = SYSTEM_CLOCK,
+               on_outcome: Callable[[Outcome], None] | None = None) -> web.Application:
     """``transport``: how upstreams are reached (default: the client ``server.upstream_client``
     names, opened and closed with the app); a test passes a
     :class:`~gateway.upstream.MemoryTransport`. ``tracing``: where spans go (default: as the
@@ -65,7 +67,9 @@ def create_app(config: GatewayConfig, *, config_path: str | Path | None = None,
     with the SDK's in-memory exporter. ``sink``: how answers are written (a test passes one that
     watches them, :mod:`gateway.exchange.sink`). ``clock``: the time upstream health and the
     status page's traffic window go by (default: the system's, :mod:`gateway.clock`); a test
-    passes a fake one to end an ejection or start a bucket when it says so."""
+    passes a fake one to end an ejection or start a bucket when it says so. ``on_outcome``:
+    called with each request's :class:`~gateway.exchange.outcome.Outcome` once it is recorded
+    (default: nothing); a test passes one to see what each exchange recorded."""
     # A bound logger, not structlog's lazy proxy: the proxy rebuilds itself on every call (about
     # 3 µs even for a filtered-out event), and every request logs. Logging is configured before
     # an app is created (serve, and the tests that capture logs).
@@ -129,7 +133,8 @@ def create_app(config: GatewayConfig, *, config_path: str | Path | None = None,
 
         add_responses_store(app, config)
     app.cleanup_ctx.append(_limits(config, clock))
-    app.cleanup_ctx.append(_transport(transport, config.server.upstream_client, sink))
+    app.cleanup_ctx.append(_transport(transport, config.server.upstream_client, sink,
+                                      on_outcome))
     app.cleanup_ctx.append(_health_checks)
     app.cleanup_ctx.append(status.publish)
     app.on_response_prepare.append(_cors)
@@ -145,12 +150,12 @@ def create_app(config: GatewayConfig, *, config_path: str | Path | None = None,
 
 
 def _transport(given: Transport | None, client: Literal["fast", "aiohttp"],
-               sink: SinkFactory) -> Any:
+               sink: SinkFactory, on_outcome: Callable[[Outcome], None] | None) -> Any:
     async def ctx(app: web.Application) -> AsyncIterator[None]:
         transport = given or make_transport(client)
         app[TRANSPORT] = transport
         app[ENV] = Env(transport, app[METRICS], app[BALANCER], app[RECENT], app[LOG],
-                       app[TRACING], sink, _responses_store(app), app[LIMITS])
+                       app[TRACING], sink, _responses_store(app), app[LIMITS], on_outcome)
         try:
             yield
         finally:

@@ -110,7 +110,7 @@ class ModelList:
         record_beside(request, response, route=self.path, dialect=dialect.name,
                       request_id=request_id, started=started,
                       trusted_proxies=config.server.trusted_proxies, metrics=env.metrics,
-                      log=env.log)
+                      log=env.log, on_outcome=env.on_outcome)
         return response
 
 
@@ -187,7 +187,7 @@ class ModelInfoEndpoint:
         record_beside(request, response, route=self.path, dialect=dialect.name,
                       request_id=request_id, started=started,
                       trusted_proxies=config.server.trusted_proxies, metrics=env.metrics,
-                      log=env.log)
+                      log=env.log, on_outcome=env.on_outcome)
         return response
 
     def _asked(self, raw: bytes, dialect: Dialect) -> tuple[str, ChatError | None]:

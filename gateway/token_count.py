@@ -128,7 +128,7 @@ class Counter:
                       request_id=request_id, started=started,
                       trusted_proxies=runtime.config.server.trusted_proxies,
                       metrics=env.metrics, log=env.log, upstream=upstream,
-                      upstream_dialect=upstream_dialect)
+                      upstream_dialect=upstream_dialect, on_outcome=env.on_outcome)
         return response
 
     def _answer(self, tokens: int, source: str, request_id: str) -> web.Response:

@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-import gateway.exchange
 from gateway.app import create_app
 from gateway.config import parse_config
 from gateway.dialects import DIALECTS, Dialect, client_path, routes_by_prefix
@@ -70,26 +69,25 @@ def config(client: Dialect, upstreams: dict[str, Dialect], **route: Any) -> dict
 
 
 class Recorder:
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.outcomes: list[Outcome] = []
-        real = gateway.exchange.record
+    """The app's ``on_outcome``: every outcome the app recorded, in order."""
 
-        def spy(o: Outcome, *args: Any) -> None:
-            self.outcomes.append(o)
-            real(o, *args)
-        monkeypatch.setattr(gateway.exchange, "record", spy)
+    def __init__(self) -> None:
+        self.outcomes: list[Outcome] = []
+
+    def __call__(self, o: Outcome) -> None:
+        self.outcomes.append(o)
 
 
 @pytest.fixture
-def recorder(monkeypatch: pytest.MonkeyPatch) -> Recorder:
-    return Recorder(monkeypatch)
+def recorder() -> Recorder:
+    return Recorder()
 
 
-async def start(aiohttp_client: Any, cfg: dict[str, Any],
+async def start(aiohttp_client: Any, recorder: Recorder, cfg: dict[str, Any],
                 handler: Callable[[UpstreamRequest], Any]) -> tuple[TestClient[Any, Any],
                                                                     MemoryTransport]:
     transport = MemoryTransport(handler)
-    app = create_app(parse_config(cfg, env={}), transport=transport)
+    app = create_app(parse_config(cfg, env={}), transport=transport, on_outcome=recorder)
     client: TestClient[Any, Any] = await aiohttp_client(
         app, server_kwargs={"handler_cancellation": True})
     return client, transport
@@ -126,8 +124,9 @@ async def test_every_mode_is_recorded_once_with_the_status_sent(
     """Whole and streamed clients, in front of an upstream asked the same way (its sample), or
     for its stream when it only streams."""
     up_stream = stream or getattr(up, "streams_only", False)
-    client, transport = await start(aiohttp_client, config(cl, {"a": up}, on_unsupported="drop"),
-                                    by_host({"a": lambda: answer_from(up, stream=up_stream)}))
+    client, transport = await start(
+        aiohttp_client, recorder, config(cl, {"a": up}, on_unsupported="drop"),
+        by_host({"a": lambda: answer_from(up, stream=up_stream)}))
     path, body, headers = stream_request(cl, "/c", stream)
     async with client.post(path, json=body, headers=headers) as resp:
         data = await resp.read()
@@ -148,7 +147,7 @@ async def test_bridged_stream_from_a_whole_only_upstream(
     cl = DIALECT_LIST[0]
     cfg = config(cl, {"a": up}, on_unsupported="drop")
     cfg["upstreams"]["a"]["streaming"] = "never"
-    client, transport = await start(aiohttp_client, cfg,
+    client, transport = await start(aiohttp_client, recorder, cfg,
                                     by_host({"a": lambda: answer_from(up, stream=False)}))
     path, body, headers = stream_request(cl, "/c", True)
     async with client.post(path, json=body, headers=headers) as resp:
@@ -190,7 +189,8 @@ async def test_failover_after_a_5xx_and_a_refused_connection(
         return answer_from(d, stream=False)
 
     client, transport = await start(
-        aiohttp_client, config(d, {"a": d, "b": d, "c": d}, strategy="failover"), handler)
+        aiohttp_client, recorder, config(d, {"a": d, "b": d, "c": d}, strategy="failover"),
+        handler)
     path, body, headers = stream_request(d, "/c", False)
     async with client.post(path, json=body, headers=headers) as resp:
         assert resp.status == 200
@@ -211,7 +211,7 @@ async def test_a_4xx_is_final_and_answered_in_the_clients_dialect(
         calls.append(req.url)
         return error_answer(d, 400)
 
-    client, _ = await start(aiohttp_client, config(d, {"a": d, "b": d}), handler)
+    client, _ = await start(aiohttp_client, recorder, config(d, {"a": d, "b": d}), handler)
     path, body, headers = stream_request(d, "/c", False)
     async with client.post(path, json=body, headers=headers) as resp:
         assert resp.status == 400
@@ -233,7 +233,7 @@ async def test_retry_after_is_honoured_within_its_bound(
         return answer_from(d, stream=False)
 
     cfg = config(d, {"a": d}, retries={"attempts": 2, "retry_after_max": 0.2})
-    client, _ = await start(aiohttp_client, cfg, handler)
+    client, _ = await start(aiohttp_client, recorder, cfg, handler)
     path, body, headers = stream_request(d, "/c", False)
     async with client.post(path, json=body, headers=headers) as resp:
         assert resp.status == 200
@@ -245,7 +245,7 @@ async def test_retry_after_is_honoured_within_its_bound(
 async def test_all_upstreams_failing_is_one_502_recorded_once(
         aiohttp_client: Any, recorder: Recorder) -> None:
     d = DIALECT_LIST[0]
-    client, transport = await start(aiohttp_client, config(d, {"a": d, "b": d}), refused)
+    client, transport = await start(aiohttp_client, recorder, config(d, {"a": d, "b": d}), refused)
     path, body, headers = stream_request(d, "/c", False)
     async with client.post(path, json=body, headers=headers) as resp:
         assert resp.status == 502
@@ -266,7 +266,7 @@ async def test_refusals_are_recorded_once_and_never_reach_an_upstream(
     d = DIALECT_LIST[0]
     cfg = config(d, {"a": d})
     cfg["server"] = {"max_body_bytes": 1024}
-    client, transport = await start(aiohttp_client, cfg, refused)
+    client, transport = await start(aiohttp_client, recorder, cfg, refused)
     async with client.request(method, "/c", data=body,
                               headers={"Content-Type": "application/json"}) as resp:
         assert resp.status == status
@@ -284,7 +284,7 @@ async def test_a_silent_upstream_is_a_504_after_its_timeout(
 
     cfg = config(d, {"a": d})
     cfg["upstreams"]["a"]["timeout"] = 0.2
-    client, transport = await start(aiohttp_client, cfg, silent)
+    client, transport = await start(aiohttp_client, recorder, cfg, silent)
     path, body, headers = stream_request(d, "/c", False)
     async with client.post(path, json=body, headers=headers) as resp:
         assert resp.status == 504
@@ -305,7 +305,7 @@ async def test_a_stream_broken_mid_way_ends_in_an_error_event_not_a_clean_finish
     async def handler(_: UpstreamRequest) -> MemoryResponse:
         return MemoryResponse(200, {"Content-Type": d.stream_content_type}, broken())
 
-    client, transport = await start(aiohttp_client, config(d, {"a": d}), handler)
+    client, transport = await start(aiohttp_client, recorder, config(d, {"a": d}), handler)
     path, body, headers = stream_request(d, "/c", True)
     async with client.post(path, json=body, headers=headers) as resp:
         out = await resp.read()
@@ -332,7 +332,7 @@ async def test_a_client_that_leaves_mid_stream_is_recorded_once_as_disconnected(
     async def handler(_: UpstreamRequest) -> MemoryResponse:
         return MemoryResponse(200, {"Content-Type": d.stream_content_type}, endless())
 
-    client, transport = await start(aiohttp_client, config(d, {"a": d}), handler)
+    client, transport = await start(aiohttp_client, recorder, config(d, {"a": d}), handler)
     path, body, headers = stream_request(d, "/c", True)
     resp = await client.post(path, json=body, headers=headers)
     assert resp.status == 200

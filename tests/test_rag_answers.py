@@ -24,7 +24,6 @@ from fakes import UP_STATE, client_request, read_answer
 from observe import carries, strict
 from strict.observed import Observed
 
-import gateway.exchange
 from gateway.app import create_app
 from gateway.config import parse_config
 from gateway.dialects import DIALECTS, Dialect
@@ -75,8 +74,11 @@ class Upstream:
 
 
 async def ask(aiohttp_client: Any, cfg: dict[str, Any], upstream: Upstream, client: Dialect, *,
-              state: Any = None, null: bool = False) -> Observed:
-    app = create_app(parse_config(cfg, env={}), transport=MemoryTransport(upstream))
+              state: Any = None, null: bool = False,
+              outcomes: list[Outcome] | None = None) -> Observed:
+    """``outcomes``: where the app's ``on_outcome`` puts what it recorded of the request."""
+    app = create_app(parse_config(cfg, env={}), transport=MemoryTransport(upstream),
+                     on_outcome=None if outcomes is None else outcomes.append)
     http: TestClient[Any, Any] = await aiohttp_client(app)
     path, body, headers = client_request(client.name, stream=upstream.stream,
                                          state=SENTINEL if null else state)
@@ -95,18 +97,11 @@ IDS = [f"{u.name}->{c.name}-{'stream' if s else 'whole'}" for c, u, s in CASES]
 @pytest.mark.parametrize(("cl", "up", "stream"), CASES, ids=IDS)
 @pytest.mark.parametrize("null", [False, True], ids=["absent", "null"])
 async def test_a_minted_state_goes_upstream_and_back(
-        aiohttp_client: Any, monkeypatch: pytest.MonkeyPatch, cl: Dialect, up: Dialect,
-        stream: bool, null: bool) -> None:
+        aiohttp_client: Any, cl: Dialect, up: Dialect, stream: bool, null: bool) -> None:
     outcomes: list[Outcome] = []
-    real = gateway.exchange.record
-
-    def spy(o: Outcome, *args: Any) -> None:
-        outcomes.append(o)
-        real(o, *args)
-    monkeypatch.setattr(gateway.exchange, "record", spy)
     upstream = Upstream(up, stream=stream)
     seen = await ask(aiohttp_client, route_config(cl, up, mint_session_state=True), upstream, cl,
-                     null=null)
+                     null=null, outcomes=outcomes)
     assert isinstance(seen.session_state, str) and MINTED.fullmatch(seen.session_state), seen
     (got,) = upstream.got
     carried = carries(up.capabilities.session_state, seen.session_state)

@@ -16,7 +16,6 @@ from aiohttp.test_utils import TestClient
 from fakes import client_request, error_message, normal_finish, read_answer
 from observe import strict
 
-import gateway.exchange
 from gateway.app import create_app
 from gateway.canonical import AssistantMessage, ChatResponse, OutputFormat, Usage
 from gateway.config import parse_config
@@ -67,7 +66,7 @@ def _answer(up: Dialect, request: UpstreamRequest) -> MemoryResponse:
 
 
 async def _serve(aiohttp_client: Any, cl: Dialect, up: Dialect, policy: str,
-                 seen: list[Any]) -> TestClient[Any, Any]:
+                 seen: list[Any], outcomes: list[Outcome]) -> TestClient[Any, Any]:
     async def handler(request: UpstreamRequest) -> MemoryResponse:
         seen.append(orjson.loads(request.body))
         return _answer(up, request)
@@ -76,20 +75,15 @@ async def _serve(aiohttp_client: Any, cl: Dialect, up: Dialect, policy: str,
                                "connect_timeout": 1, "model": "m"}},
            "routes": [{"path": "/c", "dialect": cl.name, "upstream": "u",
                        "on_unsupported": policy}]}
-    app = create_app(parse_config(cfg, env={}), transport=MemoryTransport(handler))
+    app = create_app(parse_config(cfg, env={}), transport=MemoryTransport(handler),
+                     on_outcome=outcomes.append)
     return cast(TestClient[Any, Any], await aiohttp_client(app))
 
 
 @pytest.fixture
-def outcomes(monkeypatch: pytest.MonkeyPatch) -> list[Outcome]:
-    got: list[Outcome] = []
-    real = gateway.exchange.record
-
-    def spy(o: Outcome, *args: Any) -> None:
-        got.append(o)
-        real(o, *args)
-    monkeypatch.setattr(gateway.exchange, "record", spy)
-    return got
+def outcomes() -> list[Outcome]:
+    """What the app recorded of each request (its ``on_outcome``)."""
+    return []
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
@@ -99,7 +93,7 @@ async def test_the_format_reaches_the_upstream_and_json_text_comes_back(
         aiohttp_client: Any, outcomes: list[Outcome], cl: str, up: str, kind: str,
         stream: bool) -> None:
     seen: list[Any] = []
-    gw = await _serve(aiohttp_client, DIALECTS[cl], DIALECTS[up], "reject", seen)
+    gw = await _serve(aiohttp_client, DIALECTS[cl], DIALECTS[up], "reject", seen, outcomes)
     path, body, headers = client_request(cl, stream=stream, state=None, output=FORMATS[kind])
     assert strict(DIALECTS[cl]).read_request(body).output is not None  # the client's own field
     async with gw.post(path, json=body, headers=headers) as resp:
@@ -122,7 +116,7 @@ async def test_an_upstream_that_cannot_carry_it_gets_the_routes_policy(
         aiohttp_client: Any, outcomes: list[Outcome], cl: str, up: str, kind: str,
         policy: str) -> None:
     seen: list[Any] = []
-    gw = await _serve(aiohttp_client, DIALECTS[cl], DIALECTS[up], policy, seen)
+    gw = await _serve(aiohttp_client, DIALECTS[cl], DIALECTS[up], policy, seen, outcomes)
     path, body, headers = client_request(cl, stream=False, state=None, output=FORMATS[kind])
     async with gw.post(path, json=body, headers=headers) as resp:
         raw = await resp.read()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +59,9 @@ class Env:
     limits: Limits | None = None
     """The named keys' limits and usage (:mod:`gateway.limits`); reached only when the config
     has ``auth.keys``."""
+    on_outcome: Callable[[Outcome], None] | None = None
+    """Called with each request's :class:`~.outcome.Outcome` once it is recorded (a test's
+    spy on what was recorded); ``None`` costs one check."""
 
 
 async def serve(request: ClientRequest, env: Env, runtime: Runtime,
@@ -122,6 +125,8 @@ async def serve(request: ClientRequest, env: Env, runtime: Runtime,
         if grant is not None:
             grant.settle(outcome)
         record(outcome, env.metrics, env.log, env.recent)
+        if env.on_outcome is not None:
+            env.on_outcome(outcome)
 
 
 def _headers_for(request: ClientRequest, runtime: Runtime, request_id: str) -> Any:
@@ -138,10 +143,13 @@ def unrouted(request: web.Request, response: web.Response, env: Env,
     let any client grow the metrics without bound."""
     request_id = request_id_of(request)
     response.headers["X-Request-ID"] = request_id
-    record(Outcome(request_id=request_id, route=NONE, client_dialect=NONE,
-                   status=response.status, duration=0.0, path=request.path,
-                   method=request.method, client=client_address(request, trusted_proxies),
-                   user_agent=request.headers.get("User-Agent"),
-                   request_bytes=request.content.total_bytes,
-                   response_bytes=response.content_length or 0), env.metrics, env.log, None)
+    outcome = Outcome(request_id=request_id, route=NONE, client_dialect=NONE,
+                      status=response.status, duration=0.0, path=request.path,
+                      method=request.method, client=client_address(request, trusted_proxies),
+                      user_agent=request.headers.get("User-Agent"),
+                      request_bytes=request.content.total_bytes,
+                      response_bytes=response.content_length or 0)
+    record(outcome, env.metrics, env.log, None)
+    if env.on_outcome is not None:
+        env.on_outcome(outcome)
     return response

@@ -5,7 +5,7 @@ answers beside a route's chat path (model lists, model info, token counts, store
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -53,12 +53,17 @@ def check_access(request: ClientRequest, keys: Sequence[str], methods: Sequence[
 def record_beside(request: web.Request, response: web.StreamResponse, *, route: str,
                   dialect: str, request_id: str, started: float,
                   trusted_proxies: Sequence[str], metrics: Metrics, log: Any,
-                  upstream: str = NONE, upstream_dialect: str = NONE) -> None:
-    """The one record of an answer of an endpoint beside ``route``'s chat path."""
-    record(Outcome(
+                  upstream: str = NONE, upstream_dialect: str = NONE,
+                  on_outcome: Callable[[Outcome], None] | None = None) -> None:
+    """The one record of an answer of an endpoint beside ``route``'s chat path (and
+    ``on_outcome``'s call with it: the app's :attr:`~gateway.exchange.Env.on_outcome`)."""
+    outcome = Outcome(
         request_id=request_id, route=route, client_dialect=dialect,
         status=response.status, duration=time.perf_counter() - started,
         upstream=upstream, upstream_dialect=upstream_dialect, path=request.path,
         method=request.method, client=client_address(request, trusted_proxies),
         user_agent=request.headers.get("User-Agent"), request_bytes=request.content.total_bytes,
-        response_bytes=response.content_length or 0), metrics, log, None)
+        response_bytes=response.content_length or 0)
+    record(outcome, metrics, log, None)
+    if on_outcome is not None:
+        on_outcome(outcome)

@@ -287,7 +287,7 @@ class StoredRoute:
         record_beside(request, response, route=self.entry.config.path,
                       dialect=self.entry.client.name, request_id=rid, started=started,
                       trusted_proxies=runtime.config.server.trusted_proxies,
-                      metrics=env.metrics, log=env.log)
+                      metrics=env.metrics, log=env.log, on_outcome=env.on_outcome)
         return response
 
     async def _answer(self, request: web.Request, runtime: Runtime, env: Env,
