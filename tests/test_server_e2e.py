@@ -38,20 +38,22 @@ from fakes import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway import exchange
 from gateway.app import create_app
 from gateway.config import parse_config
 from gateway.dialects import client_path, get, names
 from gateway.log import configure_logging
+from gateway.upstream import Transport, UpstreamRequest, UpstreamResponse
 
 PAIRS = pairs()
 PAIR_IDS = [f"{c}<-{u}" for c, u in PAIRS]
 
 
 async def gateway(aiohttp_client: Any, cfg: dict[str, Any],
-                  env: dict[str, str] | None = None) -> TestClient[Any, Any]:
-    """The real app, served like ``serve`` does (handlers cancelled when their client leaves)."""
-    app = create_app(parse_config(cfg, env=env or {}))
+                  env: dict[str, str] | None = None,
+                  transport: Transport | None = None) -> TestClient[Any, Any]:
+    """The real app, served like ``serve`` does (handlers cancelled when their client leaves);
+    ``transport``: the app's own by default."""
+    app = create_app(parse_config(cfg, env=env or {}), transport=transport)
     client: TestClient[Any, Any] = await aiohttp_client(
         app, server_kwargs={"handler_cancellation": True})
     return client
@@ -740,15 +742,26 @@ async def test_large_chunked_body_over_limit_is_413(aiohttp_client: Any, fakes: 
     assert fake.seen == []
 
 
-@pytest.mark.parametrize("client", names())
-async def test_internal_error_answers_500_in_client_dialect(
-        aiohttp_client: Any, fakes: Fakes, client: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(*_: Any) -> Any:
+class _BrokenTransport:
+    """The gateway's upstream client with a bug planted (a plain exception, not the
+    UpstreamError a failed upstream is): the exchange meets it where it sends the request."""
+
+    async def send(self, request: UpstreamRequest) -> UpstreamResponse:
         raise RuntimeError("a planted gateway bug")
 
-    monkeypatch.setattr(exchange, "upstream_headers", broken)
+    def in_use(self) -> int:
+        return 0
+
+    async def aclose(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("client", names())
+async def test_internal_error_answers_500_in_client_dialect(
+        aiohttp_client: Any, fakes: Fakes, client: str) -> None:
     fake = await fakes.start(other(client))
-    gw = await gateway(aiohttp_client, one_route(client, upstream_config(fake)))
+    gw = await gateway(aiohttp_client, one_route(client, upstream_config(fake)),
+                       transport=_BrokenTransport())
     resp = await ask(gw, client, stream=True)
     assert resp.status == 500
     message = error_message(client, await resp.json())
@@ -756,3 +769,4 @@ async def test_internal_error_answers_500_in_client_dialect(
     s = await metric_samples(gw)
     assert sample(s, "gateway_requests_total", route="/c", status="500") == 1
     assert sample(s, "gateway_inflight_requests", route="/c") == 0
+    assert fake.seen == []  # the planted bug is in the gateway, before any byte went out
