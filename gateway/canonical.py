@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, Protocol, TypeAlias
 
 __all__ = [
     "FINISH_REASONS",
@@ -37,6 +39,7 @@ __all__ = [
     "ChatResponse",
     "Citation",
     "ContextUpdate",
+    "IdSource",
     "ImagePart",
     "Message",
     "OtherPart",
@@ -66,6 +69,7 @@ __all__ = [
     "new_completion_id",
     "now",
     "parts_text",
+    "use_id_source",
 ]
 
 JSON: TypeAlias = Any
@@ -580,14 +584,35 @@ class _RandomBytes:
         self._pos = 0
 
 
-_RANDOM = _RandomBytes()
-os.register_at_fork(after_in_child=_RANDOM.drop)
+class IdSource(Protocol):
+    """Where the bytes of minted ids come from (:func:`use_id_source`)."""
+
+    def take(self, n: int) -> bytes: ...
+
+
+_KERNEL = _RandomBytes()
+os.register_at_fork(after_in_child=_KERNEL.drop)
+_RANDOM: IdSource = _KERNEL
 
 
 def random_hex(nbytes: int = 16) -> str:
     """``nbytes`` random bytes as hex (16: the shape of ``uuid4().hex``, at a fraction of its
     cost)."""
     return _RANDOM.take(nbytes).hex()
+
+
+@contextmanager
+def use_id_source(source: IdSource) -> Iterator[None]:
+    """Ids minted inside the block draw their bytes from ``source`` (the kernel's again after):
+    a test's seeded one, so that two translators of the same stream mint the same ids. The ids
+    are minted deep in the dialects' translation, which has no app to be handed a source by;
+    the one module-level source is swapped here instead, never by assigning to it."""
+    global _RANDOM
+    saved, _RANDOM = _RANDOM, source
+    try:
+        yield
+    finally:
+        _RANDOM = saved
 
 
 def new_completion_id() -> str:

@@ -24,7 +24,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from observe import chunks, client_request, pairs, stream_cases
 
-import gateway.canonical
 from gateway.canonical import (
     ChatRequest,
     Message,
@@ -34,6 +33,7 @@ from gateway.canonical import (
     StreamStart,
     TextDelta,
     Usage,
+    use_id_source,
 )
 from gateway.dialects import DIALECTS, Dialect
 from gateway.framing import encoder_for
@@ -73,14 +73,11 @@ class _Drawn:
     def take(self, n: int) -> bytes:
         return self._rng.randbytes(n)
 
-    def drop(self) -> None:
-        pass
-
 
 @pytest.fixture(autouse=True)
-def _drawn_ids(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setattr(gateway.canonical, "_RANDOM", _Drawn())
-    yield
+def _drawn_ids() -> Iterator[None]:
+    with use_id_source(_Drawn()):
+        yield
 
 
 # --- the upstream's streams ----------------------------------------------------------------------
@@ -173,11 +170,11 @@ def run(tr: StreamTranslator, reads: list[bytes], aborted: bool) -> tuple[Any, .
 
 def translated(u: Dialect, c: Dialect, req: ChatRequest, reads: list[bytes], aborted: bool,
                accelerate: Accelerate, policy: str) -> tuple[Any, ...]:
-    gateway.canonical._RANDOM = _Drawn()  # (the ids minted from here on: the same each run)
-    tr = stream_translator(u, c, req, policy=policy,  # type: ignore[arg-type]
-                           accelerate=accelerate)
-    assert isinstance(tr, FastStreamTranslator) == bool(accelerators(accelerate))
-    return run(tr, reads, aborted)
+    with use_id_source(_Drawn()):  # (the ids minted in here: the same each run)
+        tr = stream_translator(u, c, req, policy=policy,  # type: ignore[arg-type]
+                               accelerate=accelerate)
+        assert isinstance(tr, FastStreamTranslator) == bool(accelerators(accelerate))
+        return run(tr, reads, aborted)
 
 
 @pytest.mark.parametrize(("up", "cl"), PAIRS, ids=IDS)
