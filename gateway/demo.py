@@ -38,12 +38,13 @@ from gateway.framing import encoder_for
 from gateway.pipeline import events_from_response, parse_body
 from gateway.route_paths import distinct_paths
 
-__all__ = ["DEMO_BASE_PORT", "curl_commands", "demo_backend_app", "demo_backends",
+__all__ = ["DEMO_BASE_PORT", "TOKEN_DELAY", "curl_commands", "demo_backend_app", "demo_backends",
            "demo_config", "is_page_route", "page_dialects", "page_of", "page_urls",
            "start_demo_backends"]
 
 DEMO_BASE_PORT = 9001
-_TOKEN_DELAY = 0.04
+TOKEN_DELAY = 0.04
+"""Seconds between a demo stream's tokens: paced like a model, so a stream shows as one."""
 
 
 def demo_backends(host: str = "127.0.0.1") -> dict[str, tuple[int, str]]:
@@ -167,7 +168,9 @@ def _paced(events: list[StreamEvent]) -> list[StreamEvent]:
         [TextDelta(t, e.agent) for t in _tokens(e.text)] if isinstance(e, TextDelta) else [e])]
 
 
-def demo_backend_app(dialect_name: str) -> web.Application:
+def demo_backend_app(dialect_name: str, *, token_delay: float = TOKEN_DELAY) -> web.Application:
+    """The demo backend of ``dialect_name``; ``token_delay``: seconds between its stream's
+    tokens (a test passes a brief one)."""
     dialect: Dialect = get(dialect_name)
     path = dialect.default_path
 
@@ -189,7 +192,7 @@ def demo_backend_app(dialect_name: str) -> web.Application:
             for event in _paced(events_from_response(whole)):
                 for payload in encoder.encode(event):
                     await resp.write(frame(payload))
-                await asyncio.sleep(_TOKEN_DELAY)
+                await asyncio.sleep(token_delay)
             await resp.write_eof()
         except (ConnectionError, ClientConnectionResetError):
             # The gateway (or a curl) went away: the gateway closes its upstream connection as

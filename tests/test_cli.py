@@ -32,7 +32,6 @@ from fakes import (
     reader_for,
 )
 
-import gateway.demo
 from gateway.app import create_app
 from gateway.cli import _parser, main
 from gateway.config import load_config, parse_config
@@ -394,15 +393,10 @@ async def test_serve_refuses_bad_config(tmp_path: Path) -> None:
 # --- the demo -----------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def fast_demo(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gateway.demo, "_TOKEN_DELAY", 0.0)
-
-
 @pytest.mark.parametrize("dialect", names())
-async def test_demo_backend_answers_whole_and_streamed(aiohttp_client: Any, fast_demo: None,
+async def test_demo_backend_answers_whole_and_streamed(aiohttp_client: Any,
                                                        dialect: str) -> None:
-    client = await aiohttp_client(demo_backend_app(dialect))
+    client = await aiohttp_client(demo_backend_app(dialect, token_delay=0.0))
     caps = get(dialect).capabilities
     path, body, headers = client_request(dialect, get(dialect).default_path, stream=False,
                                          text="Ping?")
@@ -495,7 +489,6 @@ def _parse_curl(command: str) -> tuple[str, dict[str, str], bytes]:
 
 
 async def test_curl_commands_cover_every_demo_route_and_work(aiohttp_client: Any,
-                                                             fast_demo: None,
                                                              tmp_path: Path) -> None:
     """One curl line per route: its dialect's sample request, asking for a stream the way the
     dialect does; and each one, pasted against the running demo, streams a translated answer."""
@@ -519,7 +512,8 @@ async def test_curl_commands_cover_every_demo_route_and_work(aiohttp_client: Any
         by_path = d.stream_path is not None or routes_by_prefix(d)
         assert bool(asked.stream) is (not by_path and not d.stream_by_accept)
     # point the demo config at demo backends on free ports, then run every command
-    backends = {name: await aiohttp_client(demo_backend_app(name)) for name in names()}
+    backends = {name: await aiohttp_client(demo_backend_app(name, token_delay=0.0))
+                for name in names()}
     data = demo_config()
     for up in data["upstreams"].values():
         port = backends[up["dialect"]].port

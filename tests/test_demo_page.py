@@ -57,10 +57,9 @@ async def ask(page: Page, route: Any, question: str, n: int) -> str:
 
 @pytest.mark.timeout(120)
 async def test_the_chat_page_switches_backends_in_chromium(aiohttp_client: Any,
-                                                           monkeypatch: pytest.MonkeyPatch,
                                                            tmp_path: Path) -> None:
-    monkeypatch.setattr(gateway.demo, "_TOKEN_DELAY", 0.002)  # paced, as the demo is, but brief
-    backends = {name: await aiohttp_client(demo_backend_app(name)) for name in names()}
+    backends = {name: await aiohttp_client(demo_backend_app(name, token_delay=0.002))
+                for name in names()}  # paced, as the demo is, but brief
     data = demo_config()
     data.pop("history", None)
     for up in data["upstreams"].values():

@@ -14,7 +14,6 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from fakes import client_request, reader_for
 
-import gateway.demo
 from gateway.app import create_app
 from gateway.config import parse_config
 from gateway.demo import demo_backend_app, demo_config
@@ -34,15 +33,15 @@ class Demo:
 
 
 @pytest.fixture
-async def demo(monkeypatch: pytest.MonkeyPatch, aiohttp_client: Any) -> AsyncIterator[Demo]:
+async def demo(aiohttp_client: Any) -> AsyncIterator[Demo]:
     """The built-in demo config's gateway (without its history store) in front of every demo
     backend, each on a free port."""
-    monkeypatch.setattr(gateway.demo, "_TOKEN_DELAY", 0.002)  # paced, as the demo is, but brief
     cfg = demo_config()
     cfg.pop("history")
     runners = []
     for name, up in cfg["upstreams"].items():
-        runner = web.AppRunner(demo_backend_app(name), access_log=None)
+        # paced, as the demo is, but brief
+        runner = web.AppRunner(demo_backend_app(name, token_delay=0.002), access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()

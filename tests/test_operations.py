@@ -24,7 +24,6 @@ from aiohttp.test_utils import TestServer
 from fakes import client_request, known_to_a_new_process
 from ports import free_port
 
-import gateway.demo
 from gateway.app import create_app
 from gateway.config import parse_config
 from gateway.demo import demo_backend_app
@@ -32,13 +31,6 @@ from gateway.dialects import get
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
-
-
-@pytest.fixture(autouse=True)
-def _brief_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The demo backend (the upstream, in this process) paces its streams as the demo does, but
-    briefly: at the demo's 40 ms a token, 20 requests in a row took 11 s."""
-    monkeypatch.setattr(gateway.demo, "_TOKEN_DELAY", 0.002)
 
 
 def _require(tool: str) -> None:
@@ -73,7 +65,9 @@ def _upstream_url(port: int) -> str:
 
 
 async def _start_upstream() -> TestServer:
-    server = TestServer(demo_backend_app(_upstream()), host="127.0.0.1")
+    # paced as the demo is, but briefly: at the demo's 40 ms a token, 20 requests in a row
+    # took 11 s
+    server = TestServer(demo_backend_app(_upstream(), token_delay=0.002), host="127.0.0.1")
     await server.start_server()
     return server
 
