@@ -41,7 +41,7 @@ import select
 import ssl
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
@@ -142,10 +142,11 @@ class _Pool:
     """The connections to one (scheme, host, port): at most ``limit`` open, idle ones reused
     most recent first."""
 
-    __slots__ = ("conns", "idle", "limit", "waiters")
+    __slots__ = ("conns", "idle", "limit", "readable", "waiters")
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, readable: Callable[[int], bool]) -> None:
         self.limit = limit
+        self.readable = readable
         self.conns: set[Http1Connection | _Opening] = set()
         """Open connections, and a placeholder for each one being opened."""
         self.idle: list[Http1Connection] = []
@@ -160,7 +161,7 @@ class _Pool:
         while self.idle:
             conn = self.idle.pop()
             if (conn.state is State.IDLE and not _expired(conn, now) and conn.transport is not None
-                    and not conn.transport.is_closing() and not _readable(conn.fd)):
+                    and not conn.transport.is_closing() and not self.readable(conn.fd)):
                 return conn
             self.gone(conn)
             conn.abort()
@@ -204,11 +205,17 @@ class _Pool:
 class FastTransport:
     """:class:`~gateway.upstream.transport.Transport` on :class:`Http1Connection`."""
 
-    __slots__ = ("_busy", "_closed", "_limit", "_loop", "_pools", "_ssl", "_sweep")
+    __slots__ = ("_busy", "_closed", "_limit", "_loop", "_pools", "_readable", "_ssl", "_sweep")
 
     def __init__(self, *, limit_per_host: int = 1024,
-                 ssl_context: ssl.SSLContext | None = None) -> None:
+                 ssl_context: ssl.SSLContext | None = None,
+                 readable: Callable[[int], bool] = _readable) -> None:
+        """``readable``: whether an idle connection's socket has something waiting (a close, a
+        reset, stray bytes), checked right before it is reused (by default a zero-time poll);
+        a test passes one that never sees anything, to make the race between that check and
+        the write certain."""
         self._limit = limit_per_host
+        self._readable = readable
         self._ssl = ssl_context
         self._pools: dict[tuple[str, str, int], _Pool] = {}
         self._busy = 0
@@ -225,7 +232,7 @@ class FastTransport:
         data = _request_bytes(request.method, target, request.headers, request.body)
         pool = self._pools.get(target.key)
         if pool is None:
-            pool = self._pools[target.key] = _Pool(self._limit)
+            pool = self._pools[target.key] = _Pool(self._limit, self._readable)
         loop = self._loop
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()
@@ -235,7 +242,7 @@ class FastTransport:
             conn = pool.pooled(time.monotonic())
             if conn is None:
                 conn = await self._new(pool, target, request.connect_timeout, deadline)
-                if conn.state is not State.IDLE or (conn.uses and _readable(conn.fd)):
+                if conn.state is not State.IDLE or (conn.uses and pool.readable(conn.fd)):
                     # Closed, or sent bytes nobody asked for, while it was opened or handed
                     # over (the check pooled() makes): nothing was written to it, so another
                     # connection is safe, once.
