@@ -168,7 +168,7 @@ class _SSEPayloadReader:
             try:
                 value = self._text.read(data, event)
             except orjson.JSONDecodeError:
-                value = _payload(data.decode("utf-8", "replace"))  # as _payload_of_bytes does
+                value = _not_json(data)
             if type(value) is Slot:
                 return value
         if event != "message":
@@ -196,7 +196,16 @@ def _payload_of_bytes(data: bytes) -> Any:
     try:
         return orjson.loads(data)  # no detour through str for the common case
     except orjson.JSONDecodeError:
-        # Not JSON, or not UTF-8: what the general path does (decode with replacement first).
+        return _not_json(data)
+
+
+def _not_json(data: bytes) -> Any:
+    """What the general path makes of ``data``, which ``orjson.loads`` refused: its text, when
+    it is UTF-8 (parsing it again would fail again: a stream's ``[DONE]`` pays one failed parse,
+    not two), else the text decoded with replacement, which may then parse."""
+    try:
+        return RawData(data.decode("utf-8"))
+    except UnicodeDecodeError:
         return _payload(data.decode("utf-8", "replace"))
 
 

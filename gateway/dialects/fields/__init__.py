@@ -79,6 +79,7 @@ table here (or ``field_table`` on its class) and the test walks it with every ot
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -386,10 +387,17 @@ def _request_uses(req: ChatRequest) -> list[Use]:
 def _table_by_name(name: str | None) -> FieldTable | None:
     if name is None:
         return None
-    from gateway.dialects import DIALECTS  # (the registry imports the dialects, which import us)
-
-    dialect = DIALECTS.get(name)
+    dialect = _registry().get(name)
     return table_of(dialect) if dialect is not None else None
+
+
+@cache
+def _registry() -> Mapping[str, _HasName]:
+    """The dialects' registry (imported on first use: the registry imports the dialects, which
+    import us; cached, as an import statement costs a lookup on every request)."""
+    from gateway.dialects import DIALECTS
+
+    return DIALECTS
 
 
 def losses(req: ChatRequest, target: _HasName) -> list[Use]:
