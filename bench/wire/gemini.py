@@ -28,9 +28,11 @@ KEEPS_STATE = False
 
 def path_for(path: str, stream: bool) -> str:
     """Where a client posts under the prefix ``path`` (the benchmark's clients all ask for the
-    model ``m``); the query (``alt=sse``) is left out: the method alone decides."""
-    verb = "streamGenerateContent" if stream else "generateContent"
-    return f"{path.rstrip('/')}/models/{MODEL}:{verb}"
+    model ``m``). A stream is asked with ``alt=sse``, as google-genai asks it: without it,
+    Gemini streams one JSON array, which is not what this module reads."""
+    if stream:
+        return f"{path.rstrip('/')}/models/{MODEL}:streamGenerateContent?alt=sse"
+    return f"{path.rstrip('/')}/models/{MODEL}:generateContent"
 
 
 def request(stream: bool) -> tuple[dict[str, Any], dict[str, str]]:
