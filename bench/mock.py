@@ -46,7 +46,9 @@ class Mock:
         self.frames = {d: wire.stream_frames(d, chunks) for d in wire.DIALECTS}
         self.routes: dict[str, tuple[str, bool | None]] = {}
         for d, base in wire.MOCK_PATHS.items():
-            path, streamed = wire.whole_path(d, base), wire.stream_path(d, base)
+            # (routed by path: a query the client sends, Gemini's alt=sse, is not the route)
+            path = wire.whole_path(d, base).split("?", 1)[0]
+            streamed = wire.stream_path(d, base).split("?", 1)[0]
             if streamed != path:  # the path alone decides
                 self.routes[streamed] = (d, True)
                 self.routes[path] = (d, False)
