@@ -6,53 +6,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
-from aiohttp import web
 from bench_modules import BENCH as _BENCH
-from bench_modules import shipped_dialects_only
+from bench_modules import mock_server, shipped_dialects_only
 
 with shipped_dialects_only():
     import driver
     import h1load
     import wire
 
-    # bench/mock.py, under a name no package of the test environment can hold already
-    _spec = importlib.util.spec_from_file_location("bench_mock", _BENCH / "mock.py")
-    assert _spec is not None and _spec.loader is not None
-    mock = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(mock)
-
 CHUNKS = 5
 
 
-@asynccontextmanager
-async def _mock(lean: bool, delay: float = 0.0) -> AsyncIterator[int]:
+def _mock(lean: bool, delay: float = 0.0) -> contextlib.AbstractAsyncContextManager[int]:
     """A mock of every dialect on a free port, with the lean server or aiohttp's."""
-    m = mock.Mock(CHUNKS, delay)
-    if lean:
-        server = await asyncio.get_running_loop().create_server(
-            lambda: mock.LeanMock(m), "127.0.0.1", 0)
-        try:
-            yield server.sockets[0].getsockname()[1]
-        finally:
-            server.close()
-        return
-    runner = web.ServerRunner(web.Server(m.handle, access_log=None), handle_signals=False)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield runner.addresses[0][1]
-    finally:
-        await runner.cleanup()
+    return mock_server(CHUNKS, lean, delay)
 
 
 async def _ask(port: int, dialect: str, stream: bool) -> h1load.Answer:
