@@ -46,7 +46,7 @@ class Mock:
         self.frames = {d: wire.stream_frames(d, chunks) for d in wire.DIALECTS}
         self.routes: dict[str, tuple[str, bool | None]] = {}
         for d, base in wire.MOCK_PATHS.items():
-            # (routed by path: a query the client sends, Gemini's alt=sse, is not the route)
+            # (routed by path: a query a client sends, such as a stream flag, is not the route)
             path = wire.whole_path(d, base).split("?", 1)[0]
             streamed = wire.stream_path(d, base).split("?", 1)[0]
             if streamed != path:  # the path alone decides
