@@ -191,7 +191,7 @@ def _obj(value: JSON, where: str) -> dict[str, JSON]:
     declaration's ``parameters_json_schema``). Only these keys change, never the values under
     them (arguments, schemas, responses are the client's)."""
     obj = expect_object(value, where)
-    if not any("_" in k for k in obj):
+    if "_" not in "".join(obj):  # (the keys at once: every object of every stream event)
         return obj
     return {_camel_key(k): v for k, v in obj.items()}
 
@@ -301,7 +301,9 @@ class _Calls:
 def _parse_parts(raw: JSON, where: str) -> list[dict[str, JSON]]:
     if not isinstance(raw, list):
         raise DialectError(f"must be a list, not {kind_of(raw)}", where)
-    return [_obj(p, f"{where}[{i}]") for i, p in enumerate(raw)]
+    # (a part's place is named only when it is not an object of the API's names)
+    return [p if type(p) is dict and "_" not in "".join(p) else _obj(p, f"{where}[{i}]")
+            for i, p in enumerate(raw)]
 
 
 def _args_text(args: JSON, where: str) -> str:
@@ -759,18 +761,23 @@ def _takes_levels(model: str | None) -> bool:
 
 
 def _usage_in(v: JSON) -> Usage | None:
+    # (read from every stream event, which carries the counts so far: ``type(x) is int`` is
+    # _int's test, a JSON integer and not a boolean, without a call per count)
     if not isinstance(v, dict):
         return None
-    prompt = _int(v.get("promptTokenCount"))
-    tool_prompt = _int(v.get("toolUsePromptTokenCount"))
-    candidates = _int(v.get("candidatesTokenCount"))
-    thoughts = _int(v.get("thoughtsTokenCount"))
+    get = v.get
+    prompt, candidates, thoughts = (get("promptTokenCount"), get("candidatesTokenCount"),
+                                    get("thoughtsTokenCount"))
+    prompt = prompt if type(prompt) is int else None
+    candidates = candidates if type(candidates) is int else None
+    thoughts = thoughts if type(thoughts) is int else None
     if prompt is None and candidates is None and thoughts is None:
         return None
-    inp = None if prompt is None else prompt + (tool_prompt or 0)
+    tool_prompt, cached = get("toolUsePromptTokenCount"), get("cachedContentTokenCount")
+    inp = None if prompt is None else prompt + (tool_prompt if type(tool_prompt) is int else 0)
     out = None if candidates is None and thoughts is None else (candidates or 0) + (thoughts or 0)
     return Usage(input_tokens=inp, output_tokens=out,
-                 cached_input_tokens=_int(v.get("cachedContentTokenCount")),
+                 cached_input_tokens=cached if type(cached) is int else None,
                  reasoning_tokens=thoughts)
 
 
@@ -1179,6 +1186,10 @@ class _Decoder:
         parts = _parse_parts(content.get("parts", []), "candidates[0].content.parts") \
             if isinstance(content, dict) else []
         for i, p in enumerate(parts):
+            if len(p) == 1 and type(text := p.get("text")) is str:  # (most parts: text alone)
+                if text:
+                    events.append(TextDelta(text))
+                continue
             signature = _str(p.get("thoughtSignature"))
             if p.get("thought") is True:
                 r = _reasoning_of(_str(p.get("text")) or "", signature)
