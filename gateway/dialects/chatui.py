@@ -455,13 +455,13 @@ class _Encoder:
         self._started = False
         self._closed = False
 
-    def _event(self, status: str, error: JSON = None) -> bytes:
+    def _event(self, status: str, error: JSON = None, content: str | None = None) -> bytes:
         obj: dict[str, Any] = {"messageId": self._id}
         if self._conv is not None:
             obj["conversationId"] = self._conv
         obj["status"] = status
         obj["role"] = "assistant"
-        obj["content"] = self._content
+        obj["content"] = self._content if content is None else content
         obj["contentType"] = "text"
         if self._agent is not None:
             obj["agentName"] = self._agent
@@ -469,6 +469,26 @@ class _Encoder:
         obj["error"] = error
         obj["createdAt"] = self._created
         return orjson.dumps(obj)
+
+    def plain_texts(self, texts: list[bytes]) -> list[Payload] | None:
+        """:meth:`gateway.dialects.base.StreamEncoder` ``plain_texts``: while no agent speaks
+        (a TextDelta of none then only extends the content). Each event carries the whole text
+        so far: the content's JSON string body, which a plain text extends as it is."""
+        if self._closed or self._agent is not None:
+            return None
+        # No key before "content" holds it (ids and status are strings, whose quotes JSON
+        # escapes), so the event with an empty content parts there.
+        head, tail = self._event("processing", content="").split(b'"content":""', 1)
+        head += b'"content":"'
+        tail = b'"' + tail
+        shown = orjson.dumps(self._content)[1:-1]
+        out: list[Payload] = []
+        for t in texts:
+            shown += t
+            out.append(b"".join((head, shown, tail)))
+        self._started = True
+        self._content += b"".join(texts).decode()
+        return out
 
     def _absorb(self, context: JSON, state: JSON) -> None:
         if isinstance(state, str):

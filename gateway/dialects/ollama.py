@@ -667,6 +667,12 @@ class _Decoder:
         return [StreamError("the upstream stream ended before it finished")]
 
 
+_PLAIN_TEXT_MIDDLE = b'","message":{"role":"assistant","content":"'
+"""What :meth:`_Encoder._line` writes of a text's line between its time and its text."""
+_PLAIN_TEXT_TAIL = b'"},"done":false}'
+"""How :meth:`_Encoder._line` ends a text's line, after its text."""
+
+
 class _Encoder:
     __slots__ = ("_agent", "_calls", "_closed", "_first_text", "_model", "_pending", "_prefix",
                  "_spoke", "_started")
@@ -689,6 +695,19 @@ class _Encoder:
             self._prefix = orjson.dumps({"model": self._model})[:-1]
         return (self._prefix + b',"created_at":"' + _iso().encode() + b'","message":'
                 + _dumps({"role": "assistant", **message}) + b',"done":false}')
+
+    def plain_texts(self, texts: list[bytes]) -> list[Payload] | None:
+        """:meth:`gateway.dialects.base.StreamEncoder` ``plain_texts``: once the stream has
+        begun, while no agent speaks. Each line is stamped when written, as :meth:`_line`
+        stamps it."""
+        if self._closed or not self._prefix or self._agent is not None:
+            return None
+        self._spoke = True
+        if self._first_text is None:
+            self._first_text = time.monotonic_ns()
+        head = self._prefix + b',"created_at":"'
+        return [b"".join((head, _iso().encode(), _PLAIN_TEXT_MIDDLE, t, _PLAIN_TEXT_TAIL))
+                for t in texts]
 
     def encode(self, event: StreamEvent) -> list[Payload]:
         if self._closed:

@@ -5,6 +5,7 @@ app shows (``errorBody.message``)."""
 
 from __future__ import annotations
 
+import copy
 import itertools
 import random
 from dataclasses import replace
@@ -16,9 +17,21 @@ import pytest
 from observe import AGENTS, CITATIONS, RICH, SNIPPETS, client_request, run_stream, strict
 from strict._wire import sse_events
 
-from gateway.canonical import AssistantMessage, ChatError, ChatResponse
+from gateway.canonical import (
+    AssistantMessage,
+    ChatError,
+    ChatRequest,
+    ChatResponse,
+    ContextUpdate,
+    Message,
+    StreamFinish,
+    StreamStart,
+    TextDelta,
+    context_with_citations,
+)
 from gateway.dialects import DIALECTS, get
 from gateway.dialects.chatui import citations_from_sources, sources_of
+from gateway.framing import Payload
 from gateway.pipeline import translate_response
 
 ME = get("chatui")
@@ -207,3 +220,43 @@ def test_a_failed_event_that_brings_the_last_text_shows_it_then_fails() -> None:
             last = events_of(out)[-1]
             assert (last["messageId"], last["status"], last["content"]) == (
                 "m-1", "failed", "Hello wor")
+
+
+# --- runs of plain texts -------------------------------------------------------------------------
+
+
+def _state(enc: Any) -> list[Any]:
+    return [getattr(enc, name) for name in enc.__slots__]
+
+
+def _encoded(enc: Any, texts: list[bytes]) -> list[Payload]:
+    return [p for t in texts for p in enc.encode(TextDelta(t.decode()))]
+
+
+def test_plain_texts_write_what_encoding_them_writes_and_keep_the_content() -> None:
+    """Each event of a run carries the whole content so far, an escaped one included, as
+    encoding the run's TextDeltas gives it; what follows sees the same content."""
+    enc = ME.encoder(ChatRequest([Message("user", "hi")], session_state="conv-1"))
+    cites = citations_from_sources([{"id": "s", "title": "T", "url": "https://x.test"}])
+    for e in (StreamStart(id="m-1"), ContextUpdate(context_with_citations(cites)),
+              TextDelta('say "content":""\n ü')):
+        enc.encode(e)
+    twin = copy.copy(enc)
+    texts = [b" plain", " wörld 😀".encode(), b" end."]
+    written = enc.plain_texts(texts)
+    assert written == _encoded(twin, texts)
+    assert written is not None and len(written) == 3
+    assert orjson.loads(written[-1])["content"] == 'say "content":""\n ü plain wörld 😀 end.'
+    assert enc.encode(StreamFinish()) == twin.encode(StreamFinish())
+
+
+def test_plain_texts_leave_an_agents_text_and_a_closed_stream_to_encode() -> None:
+    enc = ME.encoder(ChatRequest([Message("user", "hi")]))
+    enc.encode(StreamStart())
+    enc.encode(TextDelta("Hi", agent="a"))
+    twin = copy.copy(enc)
+    assert enc.plain_texts([b" there"]) is None
+    assert _state(enc) == _state(twin)  # nothing changed
+    enc.encode(StreamFinish())
+    assert enc.plain_texts([b"late"]) is None
+    assert enc.encode(TextDelta("late")) == []

@@ -4,6 +4,8 @@ streams hold (whole tool calls, counts and durations in the last line)."""
 
 from __future__ import annotations
 
+import copy
+import re
 from typing import Any
 
 import orjson
@@ -31,7 +33,7 @@ from gateway.canonical import (
 from gateway.carry import Unsupported
 from gateway.dialects import get, names
 from gateway.errors import DialectError
-from gateway.framing import SniffingReader
+from gateway.framing import Payload, SniffingReader
 from gateway.pipeline import translate_request
 
 ME = get("ollama")
@@ -240,6 +242,47 @@ def test_arguments_that_are_no_object_break_the_stream_in_ollamas_shape() -> Non
            *enc.encode(ToolCallEnd(0)), *enc.encode(StreamFinish("stop"))]
     assert len(out) == 1 and isinstance(out[0], bytes)  # (no start: nothing before the call)
     assert "error" in orjson.loads(out[0])
+
+
+_WHEN = re.compile(rb'(?<="created_at":")[^"]+')
+"""Where a line carries the moment it was written."""
+
+
+def _stamped(payloads: list[Payload] | None) -> tuple[list[bytes], list[bytes]]:
+    """The lines with their moments taken out, and the moments."""
+    assert payloads is not None
+    lines = [p for p in payloads if isinstance(p, bytes)]
+    assert len(lines) == len(payloads)
+    return [_WHEN.sub(b"", ln) for ln in lines], [_WHEN.findall(ln)[0] for ln in lines]
+
+
+def test_plain_texts_write_what_encoding_them_writes_each_stamped_when_written() -> None:
+    enc = ME.encoder(parse())
+    enc.encode(StreamStart(model="up"))
+    twin = copy.copy(enc)
+    texts = [b"Hello", " wörld 😀".encode(), b" end."]
+    plain = enc.plain_texts(texts)
+    written, times = _stamped(plain)
+    encoded, encoded_times = _stamped(
+        [p for t in texts for p in twin.encode(TextDelta(t.decode()))])
+    assert written == encoded
+    assert plain is not None and orjson.loads(plain[1])["message"]["content"] == " wörld 😀"
+    assert times == sorted(times) and all(t.endswith(b"Z") for t in times + encoded_times)
+    last = orjson.loads(enc.encode(StreamFinish("stop"))[0])
+    assert last["eval_duration"] > 0  # the first text's moment was taken, as encoding takes it
+
+
+def test_plain_texts_leave_the_start_an_agent_and_a_closed_stream_to_encode() -> None:
+    enc = ME.encoder(parse())
+    assert enc.plain_texts([b"early"]) is None  # the empty first piece is not written yet
+    enc.encode(StreamStart())
+    enc.encode(TextDelta("Hi", agent="a"))
+    twin = copy.copy(enc)
+    assert enc.plain_texts([b" there"]) is None
+    assert [getattr(enc, n) for n in enc.__slots__] == \
+        [getattr(twin, n) for n in twin.__slots__]  # nothing changed
+    enc.encode(StreamFinish())
+    assert enc.plain_texts([b"late"]) is None
 
 
 # --- errors and models ---------------------------------------------------------------------------
