@@ -923,6 +923,16 @@ class _Encoder:
             case _:
                 pass
 
+    def plain_texts(self, texts: list[bytes]) -> list[Payload] | None:
+        """:meth:`gateway.dialects.base.StreamEncoder` ``plain_texts``: inside the answer's text
+        message, opened for no agent, with no reasoning open (where a ``TextDelta`` writes its
+        ``TEXT_MESSAGE_CONTENT`` and nothing else)."""
+        if self._closed or not self._started or not self._open_text or self._agent is not None \
+                or self._span is not None or self._reasoning is not None:
+            return None
+        head = b"".join((_CONTENT_HEAD, orjson.dumps(self._message), _CONTENT_MID))
+        return [b"".join((head, t, b'"}')) for t in texts]
+
     def encode(self, event: StreamEvent) -> list[Payload]:
         if self._closed:
             return []
@@ -1012,6 +1022,12 @@ class _Encoder:
                 return out
             case _:
                 assert_never(event)
+
+
+_CONTENT_HEAD = b'{"type":"TEXT_MESSAGE_CONTENT","messageId":'
+_CONTENT_MID = b',"delta":"'
+"""A ``TEXT_MESSAGE_CONTENT`` event as :func:`_dump` writes it, around its message id and its
+text (:meth:`_Encoder.plain_texts`)."""
 
 
 def _dump(event: dict[str, JSON]) -> bytes:

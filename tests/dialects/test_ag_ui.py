@@ -245,6 +245,43 @@ def test_a_multi_agent_answer_with_a_tool_call_as_the_client_reads_it() -> None:
                      "protocolVersion": "1.0"}
 
 
+def test_plain_texts_are_written_inside_a_plain_text_message_only() -> None:
+    """``plain_texts`` gives what encoding each text would, and nothing (the general path)
+    wherever a TextDelta would write more than its TEXT_MESSAGE_CONTENT."""
+    req = D.parse_request(D.samples.requests["text"])
+    texts = [b"Hello", b" w\xc3\xb6rld \xf0\x9f\x98\x80"]
+
+    def encoder_after(events: list[StreamEvent]) -> Any:
+        enc = D.encoder(req)
+        for e in events:
+            enc.encode(e)
+        return enc
+
+    assert encoder_after([]).plain_texts(texts) is None  # no run started
+    assert encoder_after([StreamStart()]).plain_texts(texts) is None  # no message open
+    # an upstream's message id kept, one that JSON must escape
+    opened = [StreamStart(), TextDelta("a", message_id='m"1')]
+    twin = encoder_after(opened)
+    assert encoder_after(opened).plain_texts(texts) == [
+        p for t in texts for p in twin.encode(TextDelta(t.decode()))]
+    thinking = [*opened, ReasoningDelta("hm")]
+    assert encoder_after(thinking).plain_texts(texts) is None  # reasoning open, text closed
+    assert encoder_after([*thinking, TextDelta("b")]).plain_texts(texts) is not None
+    agent = [*opened, TextDelta("b", "Research")]
+    assert encoder_after(agent).plain_texts(texts) is None  # an agent's message
+    assert encoder_after([*opened, StreamFinish("stop")]).plain_texts(texts) is None
+    # an agent's own events followed (an identity route): its text inside a reasoning span,
+    # which a TextDelta would end first
+    followed = encoder_after([])
+    for event in ({"type": "RUN_STARTED", **RUN}, {"type": "REASONING_START", "messageId": "r"},
+                  {"type": "TEXT_MESSAGE_START", "messageId": "m", "role": "assistant"}):
+        followed.follow(event)
+    assert followed.plain_texts(texts) is None
+    followed.follow({"type": "REASONING_END", "messageId": "r"})
+    assert followed.plain_texts(texts) == [
+        b'{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"' + t + b'"}' for t in texts]
+
+
 def test_a_whole_answer_is_the_runs_events_as_one_array() -> None:
     body = D.samples.responses["text"]
     resp = D.parse_response(body)
