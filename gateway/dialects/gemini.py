@@ -866,6 +866,9 @@ class GeminiDialect(SamplesFromPackage):
     stream_content_type = "text/event-stream"
     stream_accept = SSE_ACCEPT
     cumulative_stream = False
+    # No template for text chunks: Google's API writes usageMetadata on every chunk, its
+    # candidatesTokenCount and totalTokenCount growing with the text, so no two text chunks
+    # of a real stream are the same but for their text.
     text_path = None
     stream_path: str | None = None
     stream_by_accept = False
