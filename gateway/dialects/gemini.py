@@ -873,6 +873,9 @@ class GeminiDialect(SamplesFromPackage):
     stream_content_type = "text/event-stream"
     stream_accept = SSE_ACCEPT
     cumulative_stream = False
+    # No template for text chunks: Google's API writes usageMetadata on every chunk, its
+    # candidatesTokenCount and totalTokenCount growing with the text, so no two text chunks
+    # of a real stream are the same but for their text.
     text_path = None
     stream_path: str | None = None
     stream_by_accept = False
@@ -1233,11 +1236,15 @@ class _Decoder:
         return [StreamError("the upstream stream ended before its finish reason")]
 
 
+_TEXT_HEAD = b'{"candidates":[{"content":{"parts":[{"text":"'
+"""How :meth:`_Encoder._chunk` starts a text chunk's JSON, before its text."""
+
+
 class _Encoder:
     """One SSE event per canonical event that carries something: text, a thought, a whole
     function call (its argument fragments are held until it ends), the finish with the usage."""
 
-    __slots__ = ("_agent", "_args", "_calls", "_id", "_model", "_signature", "_spoke")
+    __slots__ = ("_agent", "_args", "_calls", "_id", "_model", "_signature", "_spoke", "_tail")
 
     def __init__(self, model: str | None) -> None:
         self._agent: str | None = None
@@ -1250,6 +1257,9 @@ class _Encoder:
         self._args: dict[int, list[str]] = {}
         self._signature: str | None = None
         """A signature that belongs with the next part written."""
+        self._tail: bytes | None = None
+        """What follows the text of a text chunk (:meth:`plain_texts`), once written: it holds
+        the model and the id, which only the start changes."""
 
     def _chunk(self, parts: list[dict[str, JSON]], extra: dict[str, JSON] | None = None,
                usage: dict[str, JSON] | None = None) -> bytes:
@@ -1265,6 +1275,19 @@ class _Encoder:
         out["responseId"] = self._id
         return orjson.dumps(out)
 
+    def plain_texts(self, texts: list[bytes]) -> list[Payload] | None:
+        """:meth:`gateway.dialects.base.StreamEncoder` ``plain_texts``: unless an agent's header
+        or a signature is due with the next text (a text chunk is the same at any other time,
+        the stream's first included)."""
+        if self._agent is not None or self._signature is not None:
+            return None
+        self._spoke = True
+        tail = self._tail
+        if tail is None:
+            # (cut from a chunk _chunk writes, so that the two never differ)
+            tail = self._tail = self._chunk([{"text": ""}])[len(_TEXT_HEAD):]
+        return [b"".join((_TEXT_HEAD, t, tail)) for t in texts]
+
     def _signed(self, part: dict[str, JSON]) -> dict[str, JSON]:
         if self._signature is not None:
             part["thoughtSignature"] = self._signature
@@ -1278,6 +1301,7 @@ class _Encoder:
                     self._id = event.id
                 if event.model:
                     self._model = event.model
+                self._tail = None
                 # The answer's first event, before any text (an empty text part, which the SDKs
                 # read as no text): a client sees the stream begin as soon as the upstream's does.
                 return [self._chunk([{"text": ""}])]

@@ -27,14 +27,17 @@ from gateway.canonical import (
     StreamError,
     StreamFinish,
     StreamStart,
+    TextDelta,
     ToolCall,
     Usage,
+    use_id_source,
 )
 from gateway.carry import Unsupported
 from gateway.config import parse_config
 from gateway.dialects import Target, get
 from gateway.dialects.gemini import SKIP_SIGNATURE
 from gateway.errors import DialectError
+from gateway.framing import Payload, encoder_for
 from gateway.pipeline import adapt_request, translate_request
 from gateway.upstream import MemoryResponse, MemoryTransport, UpstreamRequest
 
@@ -220,6 +223,53 @@ def test_a_stream_that_ends_before_its_finish_is_an_error() -> None:
     dec.decode({"candidates": [{"content": {"parts": [{"text": "a"}], "role": "model"}}]})
     [err] = dec.end()
     assert isinstance(err, StreamError) and "ended before" in err.message
+
+
+class _Zeros:
+    def take(self, n: int) -> bytes:
+        return bytes(n)
+
+
+def _framed(framing: str, payloads: list[Payload]) -> bytes:
+    frame = encoder_for(framing)  # type: ignore[arg-type]
+    return b"".join(frame(p) for p in payloads)
+
+
+@pytest.mark.parametrize("framing", ["sse", "jsonarray"])
+def test_plain_texts_are_the_chunks_their_text_deltas_make(framing: str) -> None:
+    """``plain_texts`` (the runs accelerator) writes what encoding each TextDelta writes, in
+    either framing of a Gemini stream (framed after), and leaves the encoder as those would;
+    a text that carries a signature, or an agent's header, takes the general path."""
+    with use_id_source(_Zeros()):  # (the same minted id for both, until the start gives one)
+        fast, slow = G.encoder(G.parse_request(TEXT)), G.encoder(G.parse_request(TEXT))
+    texts = ["Hello", " wörld 😀", " «q»"]
+
+    def both(*events: Any) -> None:
+        for e in events:
+            assert _framed(framing, fast.encode(e)) == _framed(framing, slow.encode(e))
+
+    def run() -> None:
+        plain = fast.plain_texts([t.encode() for t in texts])  # type: ignore[attr-defined]
+        assert plain is not None
+        assert _framed(framing, plain) == _framed(
+            framing, [p for t in texts for p in slow.encode(TextDelta(t))])
+
+    run()  # (before the start: a text chunk is the same then)
+    both(StreamStart(id="resp-1", model="gemini-2.5-flash"),
+         TextDelta("hi", agent="Ann"))  # (a paragraph: the run's text was written before)
+    assert fast.plain_texts([b"x"]) is None  # type: ignore[attr-defined]
+    both(TextDelta("back"))
+    run()  # (the start's id and model, not the ones before it)
+    assert orjson.loads(fast.encode(TextDelta("x"))[0])["responseId"] == "resp-1"
+    slow.encode(TextDelta("x"))
+    both(ReasoningDelta("", signature="sig", dialect=G.name))
+    assert fast.plain_texts([b"signed"]) is None  # type: ignore[attr-defined]
+    [signed] = fast.encode(TextDelta("signed"))
+    slow.encode(TextDelta("signed"))
+    assert orjson.loads(signed)["candidates"][0]["content"]["parts"][0][
+        "thoughtSignature"] == "sig"
+    run()
+    both(StreamFinish("stop", Usage(3, 4)))
 
 
 def test_foreign_redacted_reasoning_round_trips_through_a_signature() -> None:
