@@ -160,7 +160,8 @@ class SSEReader:
                 or not data.endswith(b"\n\n") or holds(data, b"\r")):
             return None
         blocks = data.split(b"\n\n")
-        blocks.pop()  # what follows the last blank line: nothing
+        if blocks.pop():  # what follows the last blank line: nothing, or a line more (the
+            return None   # general path's, which writes no event of it)
         return blocks
 
     def plain_block(self, data: bytes, at: int, named: bool) -> tuple[str, bytes, int] | None:
