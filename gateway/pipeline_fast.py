@@ -112,6 +112,12 @@ def _text_alone(event: StreamEvent, text: str) -> bool:
             and event.message_id is None)
 
 
+def _first_of_message(event: StreamEvent, text: str) -> bool:
+    """``event`` is ``text`` as the first text of a message the upstream named."""
+    return (type(event) is TextDelta and event.text == text and event.agent is None
+            and event.message_id is not None)
+
+
 class TemplateDecoding(StreamDecoding):
     """:class:`StreamDecoding` whose reader reads text frames by their template (a
     :class:`Slot`), and, when asked (:meth:`allow_runs`), runs of them at once (a
@@ -168,9 +174,12 @@ class TemplateDecoding(StreamDecoding):
         # A decoder that holds its start until the first content (to send sources that come
         # before the text with it) releases it with that frame: the frames after it are still
         # text alone.
-        self._text_alone = bool(events) and _text_alone(events[-1], payload.text) and all(
-            type(e) is StreamStart for e in events[:-1])
-        if not self._text_alone:
+        # A decoder that gives a message's first text with the message's id (AG-UI's first
+        # content event) promises nothing of that frame: the template is kept, and its next
+        # frame decoded in full to confirm.
+        starts = bool(events) and all(type(e) is StreamStart for e in events[:-1])
+        self._text_alone = starts and _text_alone(events[-1], payload.text)
+        if not self._text_alone and not (starts and _first_of_message(events[-1], payload.text)):
             self._reader.drop_template()
         return events
 

@@ -89,7 +89,7 @@ from gateway.dialects.base import (
     split_known,
 )
 from gateway.errors import DialectError
-from gateway.framing import Framing, Payload, RawData
+from gateway.framing import Framing, Payload, RawData, TextPath
 
 __all__ = ["AgUiDialect"]
 
@@ -517,6 +517,9 @@ class AgUiDialect(SamplesFromPackage):
     streams_only = True
     """An agent endpoint answers with its event stream: the gateway asks it for one even for a
     whole answer (``streaming: auto``), and assembles the whole answer from it."""
+    text_path: TextPath | None = ("delta",)
+    """A ``TEXT_MESSAGE_CONTENT`` event's text. The first of a message decodes with the
+    message's id, the others to their text alone: read by their template from the second on."""
 
     def render_models(self, names: Any) -> JSON:
         return None
