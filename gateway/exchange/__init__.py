@@ -124,9 +124,7 @@ async def serve(request: ClientRequest, env: Env, runtime: Runtime,
                              disconnected, request, runtime, model, trace)
         if grant is not None:
             grant.settle(outcome)
-        record(outcome, env.metrics, env.log, env.recent)
-        if env.on_outcome is not None:
-            env.on_outcome(outcome)
+        record(outcome, env.metrics, env.log, env.recent, env.on_outcome)
 
 
 def _headers_for(request: ClientRequest, runtime: Runtime, request_id: str) -> Any:
@@ -143,13 +141,11 @@ def unrouted(request: web.Request, response: web.Response, env: Env,
     let any client grow the metrics without bound."""
     request_id = request_id_of(request)
     response.headers["X-Request-ID"] = request_id
-    outcome = Outcome(request_id=request_id, route=NONE, client_dialect=NONE,
-                      status=response.status, duration=0.0, path=request.path,
-                      method=request.method, client=client_address(request, trusted_proxies),
-                      user_agent=request.headers.get("User-Agent"),
-                      request_bytes=request.content.total_bytes,
-                      response_bytes=response.content_length or 0)
-    record(outcome, env.metrics, env.log, None)
-    if env.on_outcome is not None:
-        env.on_outcome(outcome)
+    record(Outcome(request_id=request_id, route=NONE, client_dialect=NONE,
+                   status=response.status, duration=0.0, path=request.path,
+                   method=request.method, client=client_address(request, trusted_proxies),
+                   user_agent=request.headers.get("User-Agent"),
+                   request_bytes=request.content.total_bytes,
+                   response_bytes=response.content_length or 0), env.metrics, env.log, None,
+           env.on_outcome)
     return response

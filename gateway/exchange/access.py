@@ -57,13 +57,10 @@ def record_beside(request: web.Request, response: web.StreamResponse, *, route: 
                   on_outcome: Callable[[Outcome], None] | None = None) -> None:
     """The one record of an answer of an endpoint beside ``route``'s chat path (and
     ``on_outcome``'s call with it: the app's :attr:`~gateway.exchange.Env.on_outcome`)."""
-    outcome = Outcome(
+    record(Outcome(
         request_id=request_id, route=route, client_dialect=dialect,
         status=response.status, duration=time.perf_counter() - started,
         upstream=upstream, upstream_dialect=upstream_dialect, path=request.path,
         method=request.method, client=client_address(request, trusted_proxies),
         user_agent=request.headers.get("User-Agent"), request_bytes=request.content.total_bytes,
-        response_bytes=response.content_length or 0)
-    record(outcome, metrics, log, None)
-    if on_outcome is not None:
-        on_outcome(outcome)
+        response_bytes=response.content_length or 0), metrics, log, None, on_outcome)

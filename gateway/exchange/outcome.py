@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -128,8 +129,16 @@ def outcome_of(entry: RouteEntry, request_id: str, started: float, answerer: Ans
         finish_reason=p.finish_reason, trace=trace)
 
 
-def record(o: Outcome, metrics: Metrics, log: Any, recent: RecentTraffic | None) -> None:
-    """The request's metrics, its access log line, its status-page sample and its spans."""
+def record(o: Outcome, metrics: Metrics, log: Any, recent: RecentTraffic | None,
+           on_outcome: Callable[[Outcome], None] | None = None) -> None:
+    """The request's metrics, its access log line, its status-page sample and its spans; then
+    ``on_outcome`` (the app's observer: :attr:`gateway.exchange.Env.on_outcome`) is given it."""
+    _write(o, metrics, log, recent)
+    if on_outcome is not None:
+        on_outcome(o)
+
+
+def _write(o: Outcome, metrics: Metrics, log: Any, recent: RecentTraffic | None) -> None:
     if o.trace is not None:
         o.trace.finish(o)
     m = metrics
