@@ -45,7 +45,8 @@ from gateway.config import ServerConfig
 from gateway.log import get_logger
 
 __all__ = ["BadRequestLog", "BodyTimeout", "Edge", "EdgeConnection", "EdgeListener",
-           "default_max_connections", "edge_for", "edge_middleware", "raise_file_limit"]
+           "connection_of", "default_max_connections", "edge_for", "edge_middleware",
+           "raise_file_limit"]
 
 _REFUSED_BODY = b'{"error": {"message": "too many connections", "code": "OVERLOADED"}}'
 _REFUSED = (b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nRetry-After: 1\r\n"

@@ -26,7 +26,8 @@ def json_error(status: int, message: str, code: str) -> web.Response:
 
 
 async def chat(request: web.Request) -> web.StreamResponse:
-    runtime = request.app[RUNTIME].current
+    app = request.app
+    runtime = app[RUNTIME].current
     entry = runtime.route_for(request.path)
     found = None if entry is not None else runtime.target_for(
         request.path, request.method, request.query)
@@ -55,7 +56,7 @@ async def chat(request: web.Request) -> web.StreamResponse:
                         request.app[ENV], runtime.config.server.trusted_proxies)
     if request.method == "OPTIONS" and runtime.config.server.cors.allow_origins:
         return web.Response(status=204)  # the CORS headers are added as it is prepared
-    return await serve(request, request.app[ENV], runtime, entry)
+    return await serve(request, app[ENV], runtime, entry)
 
 
 async def healthz(request: web.Request) -> web.Response:
