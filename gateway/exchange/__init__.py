@@ -16,14 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from gateway.balancer import Balancer, UpstreamState
+from gateway.balancer import Balancer
 from gateway.canonical import ChatError
-from gateway.dialects import Dialect
 from gateway.exchange.access import Refused, request_id_of
 from gateway.exchange.answer import Answerer, ClientGone, error_response
 from gateway.exchange.attempts import AttemptContext, AttemptLog, run_attempts
 from gateway.exchange.client import Keep, read_chat_request
-from gateway.exchange.headers import upstream_headers
 from gateway.exchange.kept import KeptStore
 from gateway.exchange.outcome import NONE, Outcome, outcome_of, record
 from gateway.exchange.sink import AiohttpSink, SinkFactory
@@ -71,30 +69,30 @@ async def serve(request: ClientRequest, env: Env, runtime: Runtime,
     started = time.perf_counter()
     request_id = request_id_of(request)
     trace = env.tracing.begin(request, entry) if env.tracing is not None else None
+    config = runtime.config
     sink = env.sink(request)
-    answerer = Answerer(sink, entry, request_id, runtime.config.server.stream_accelerators)
+    answerer = Answerer(sink, entry, request_id, config.server.stream_accelerators)
     attempts = AttemptLog()
     answerer.request_dropped = attempts.dropped
     inflight = env.metrics.inflight.labels(entry.config.path)
     inflight.inc()
     stream, disconnected = False, False
     model: str | None = None
-    grant = (env.limits.grant(request, runtime.config)
-             if env.limits is not None and runtime.config.auth.keys else None)
+    grant = (env.limits.grant(request, config)
+             if env.limits is not None and config.auth.keys else None)
     try:
         try:
             keep = Keep(runtime, env.responses, env.log, request_id) \
                 if entry.responses_state is not None else None  # (most routes: nothing built)
-            req, keeping = await read_chat_request(request, entry, runtime.config, keep)
+            req, keeping = await read_chat_request(request, entry, config, keep)
             stream, model = req.stream, req.model
             if grant is not None:
                 await grant.admit(entry, req, answerer)
             if keeping is not None:  # the finished answer is kept before it goes out
                 sink = answerer.sink = keeping.sink(sink, entry)
             ctx = AttemptContext(
-                entry.config, runtime.states, runtime.config.health, env.transport,
-                env.balancer, _headers_for(request, runtime, request_id), answerer.answer,
-                env.log, request_id, trace)
+                entry.config, runtime.states, config.health, env.transport, env.balancer,
+                request, config, answerer.answer, env.log, request_id, trace)
             error = await run_attempts(ctx, req, started, attempts)
             if error is not None:
                 await answerer.fail(error)
@@ -125,13 +123,6 @@ async def serve(request: ClientRequest, env: Env, runtime: Runtime,
         if grant is not None:
             grant.settle(outcome)
         record(outcome, env.metrics, env.log, env.recent, env.on_outcome)
-
-
-def _headers_for(request: ClientRequest, runtime: Runtime, request_id: str) -> Any:
-    def headers(state: UpstreamState, dialect: Dialect, stream: bool) -> dict[str, str]:
-        return upstream_headers(request, runtime.config, state.config, dialect, stream,
-                                request_id)
-    return headers
 
 
 def unrouted(request: web.Request, response: web.Response, env: Env,

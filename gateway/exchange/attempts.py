@@ -17,10 +17,12 @@ import orjson
 from gateway.balancer import Balancer, NoCapacity, UpstreamState
 from gateway.canonical import ChatError, ChatRequest
 from gateway.carry import Unsupported
-from gateway.config import HealthConfig, RouteConfig, UpstreamConfig
+from gateway.config import GatewayConfig, HealthConfig, RouteConfig, UpstreamConfig
 from gateway.dialects import Dialect, get, upstream_url_of
 from gateway.errors import ParseError, UpstreamError
+from gateway.exchange.headers import upstream_headers
 from gateway.exchange.outcome import NONE, Attempt
+from gateway.incoming import ClientRequest
 from gateway.pipeline import adapt_request, parse_body
 from gateway.upstream import Transport, UpstreamCall, start_call
 
@@ -70,7 +72,6 @@ class AttemptLog:
 UpstreamAnswer = Callable[[ChatRequest, UpstreamCall, Dialect, bool], Awaitable[Answered]]
 """Answers the client from an upstream response: ``(request, call, dialect, upstream
 streams)``; raises :class:`UpstreamError` when the upstream fails before the client got a byte."""
-Headers = Callable[[UpstreamState, Dialect, bool], dict[str, str]]
 
 
 # Not frozen: a frozen dataclass's __init__ sets each field through object.__setattr__,
@@ -84,7 +85,9 @@ class AttemptContext:
     health: HealthConfig
     transport: Transport
     balancer: Balancer
-    headers: Headers
+    request: ClientRequest
+    """The client's request: what of it each upstream request carries (:mod:`.headers`)."""
+    config: GatewayConfig
     answer: UpstreamAnswer
     log: Any
     request_id: str
@@ -104,7 +107,22 @@ async def run_attempts(ctx: AttemptContext, req: ChatRequest, started: float,
     last: ChatError | None = None  # built only when no upstream answers (see client._too_large)
     for tried in range(1, allowed + 1):
         state = ctx.states[order[(tried - 1) % len(order)]]
-        result = await _attempt(ctx, req, state, log)
+        # (the attempt's own steps, here rather than in a coroutine of their own: every
+        # suspension of the answer resumes each coroutine of the chain that awaits it)
+        up = state.config
+        dialect = get(up.dialect)
+        # ``auto`` asks a dialect that only ever streams (``streams_only``, an optional
+        # declaration) for its stream even for a whole answer, which is then assembled from it
+        up_stream = (req.stream or getattr(dialect, "streams_only", False)) \
+            if up.streaming == "auto" else up.streaming == "always"
+        body = _render(req, dialect, up_stream, up, route, log)
+        if isinstance(body, Final):
+            return body.error
+        log.upstream, log.upstream_dialect = state.name, dialect.name
+        if state.limited:
+            result = await _limited_call(ctx, req, state, dialect, body, up_stream, log)
+        else:  # most upstreams: nothing to wait for, no context to enter
+            result = await _call(ctx, req, state, dialect, body, up_stream, log)
         match result:
             case Answered():
                 return None
@@ -122,27 +140,17 @@ async def run_attempts(ctx: AttemptContext, req: ChatRequest, started: float,
     return last
 
 
-async def _attempt(ctx: AttemptContext, req: ChatRequest, state: UpstreamState,
-                   log: AttemptLog) -> Answered | Retry | Final:
-    up = state.config
-    dialect = get(up.dialect)
-    # ``auto`` asks a dialect that only ever streams (``streams_only``, an optional declaration)
-    # for its stream even for a whole answer, which is then assembled from it
-    up_stream = (req.stream or getattr(dialect, "streams_only", False)) \
-        if up.streaming == "auto" else up.streaming == "always"
-    body = _render(req, dialect, up_stream, up, ctx.route, log)
-    if isinstance(body, Final):
-        return body
-    log.upstream, log.upstream_dialect = state.name, dialect.name
-    if not state.limited:  # most upstreams: nothing to wait for, no context to enter
-        return await _call(ctx, req, state, dialect, body, up_stream, log)
+async def _limited_call(ctx: AttemptContext, req: ChatRequest, state: UpstreamState,
+                        dialect: Dialect, body: bytes, up_stream: bool,
+                        log: AttemptLog) -> Answered | Retry | Final:
+    """:func:`_call` in one of the upstream's ``max_inflight`` slots."""
     try:
         async with state.slot():
             return await _call(ctx, req, state, dialect, body, up_stream, log)
     except NoCapacity:
         log.attempts.append(Attempt(state.name, "rejected"))
         return Retry(ChatError(503, f"upstream {state.name} is at capacity", code="UNAVAILABLE",
-                               retry_after=up.queue_timeout))
+                               retry_after=state.config.queue_timeout))
 
 
 def _render(req: ChatRequest, dialect: Dialect, up_stream: bool, up: UpstreamConfig,
@@ -151,7 +159,8 @@ def _render(req: ChatRequest, dialect: Dialect, up_stream: bool, up: UpstreamCon
         sent, lost = adapt_request(req, dialect, route.policies, up.custom_tools)
     except Unsupported as e:
         return Final(ChatError(400, str(e), code="UNSUPPORTED", param=e.fields[0]))
-    log.dropped.extend(f for f in lost if f not in log.dropped)
+    if lost:
+        log.dropped.extend(f for f in lost if f not in log.dropped)
     try:
         return orjson.dumps(dialect.render_request(sent, stream=up_stream, model=up.model,
                                                    max_tokens=up.max_tokens))
@@ -168,7 +177,8 @@ async def _call(ctx: AttemptContext, req: ChatRequest, state: UpstreamState, dia
     # handlers never meet a call that may still be unset)
     try:
         try:
-            headers = ctx.headers(state, dialect, up_stream)
+            headers = upstream_headers(ctx.request, ctx.config, state.config, dialect, up_stream,
+                                       ctx.request_id)
             if trace is not None:  # its span is the upstream's parent: in the headers it gets
                 trace.attempt(state, dialect, req, headers)
             up = state.config

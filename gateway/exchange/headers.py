@@ -4,12 +4,12 @@ agent, forwarding chain), and last the upstream's configured ``headers``, which 
 
 from __future__ import annotations
 
-from gateway.config import GatewayConfig, ServerConfig, UpstreamConfig
+from gateway.config import GatewayConfig, UpstreamConfig
 from gateway.dialects import Dialect
 from gateway.forwarding import forwarded_headers
 from gateway.incoming import ClientRequest
 
-__all__ = ["passed_headers", "upstream_headers"]
+__all__ = ["upstream_headers"]
 
 _JSON = "application/json"
 _CLIENT_KEY = ("Authorization", "x-api-key", "x-goog-api-key", "OpenAI-Organization",
@@ -25,11 +25,12 @@ def upstream_headers(request: ClientRequest, config: GatewayConfig, up: Upstream
     headers = {"Content-Type": _JSON, "X-Request-ID": request_id}
     if stream:  # some backends choose the stream by this header alone (as the dialect says)
         headers["Accept"] = dialect.stream_accept
+    incoming = request.headers
     # The client's credentials go on only when the gateway does not check keys itself (then
     # they are the gateway's) and the upstream has none of its own.
     if not config.auth.accepted_keys and not up.has_own_credentials:
         for name in _CLIENT_KEY:
-            value = request.headers.get(name)
+            value = incoming.get(name)
             if value:
                 headers[name] = value
         query_key = request.query.get("key")
@@ -37,26 +38,23 @@ def upstream_headers(request: ClientRequest, config: GatewayConfig, up: Upstream
             # Google's clients may put their key in the query: it goes on as Google's header,
             # never in an upstream URL (where logs and error messages would show it).
             headers["x-goog-api-key"] = query_key
-    headers.update(passed_headers(request, config.server))
-    headers.update(up.headers)
-    return headers
-
-
-def passed_headers(request: ClientRequest, server: ServerConfig) -> dict[str, str]:
-    """What the client's request hands on to every upstream: its trace context (W3C
-    ``traceparent`` and ``tracestate``; replaced by the gateway's own span when tracing is on),
-    its ``User-Agent`` as ``server.upstream_user_agent`` says, and ``X-Forwarded-For`` /
-    ``X-Forwarded-Proto`` (:mod:`gateway.forwarding`)."""
-    out = forwarded_headers(request, server.trusted_proxies)
+    # What the client's request hands on to every upstream: X-Forwarded-For and -Proto
+    # (gateway.forwarding), its trace context (W3C traceparent and tracestate; replaced by the
+    # gateway's own span when tracing is on), its User-Agent as server.upstream_user_agent says.
+    # None of these names is one of those above: each is written in place.
+    server = config.server
+    headers.update(forwarded_headers(request, server.trusted_proxies))
     for name in _TRACE_CONTEXT:
-        value = request.headers.get(name)
+        value = incoming.get(name)
         if value:
-            out[name] = value
+            headers[name] = value
     agent = server.upstream_user_agent
     if agent == "pass":
-        value = request.headers.get("User-Agent")
+        value = incoming.get("User-Agent")
         if value:
-            out["User-Agent"] = value
+            headers["User-Agent"] = value
     elif agent != "none":
-        out["User-Agent"] = agent
-    return out
+        headers["User-Agent"] = agent
+    if up.headers:  # the upstream's configured headers, last: they win
+        headers.update(up.headers)
+    return headers
