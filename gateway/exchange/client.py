@@ -22,6 +22,8 @@ from gateway.runtime import RouteEntry, Runtime
 
 __all__ = ["Keep", "read_chat_request"]
 
+_POST = ("POST",)
+
 
 @dataclass(frozen=True, slots=True)
 class Keep:
@@ -38,7 +40,9 @@ async def read_chat_request(request: ClientRequest, entry: RouteEntry, config: G
     """The client's request in canonical form (its stored references resolved, with ``keep``,
     on a route that keeps state at the gateway) and what keeps its answer, or
     :class:`Refused`."""
-    check_access(request, config.auth.accepted_keys, ("POST",), "POST, OPTIONS")
+    keys = config.auth.accepted_keys
+    if keys or request.method != "POST":  # (most requests: nothing to refuse, no call)
+        check_access(request, keys, _POST, "POST, OPTIONS")
     raw = await _read_body(request, config.server.max_body_bytes)
     resolved: Resolved | None = None
     try:
@@ -67,8 +71,21 @@ async def read_chat_request(request: ClientRequest, entry: RouteEntry, config: G
 
 
 async def _read_body(request: ClientRequest, limit: int) -> bytes:
+    length = request.content_length
     try:
-        return await _read_bounded(request, limit)
+        if length is not None:
+            if length > limit:
+                raise _too_large(limit)
+            try:
+                return await request.read()  # exactly ``length`` bytes, one buffer
+            except web.HTTPRequestEntityTooLarge:  # the app's own limit, set at startup
+                raise _too_large(limit) from None
+        buf = bytearray()
+        async for chunk in request.content.iter_chunked(65536):
+            buf += chunk
+            if len(buf) > limit:
+                raise _too_large(limit)
+        return bytes(buf)
     except BodyTimeout:  # the edge's body_timeout (gateway.edge); it closes the connection
         raise Refused(ChatError(408, "the request body did not arrive in time",
                                 code="REQUEST_TIMEOUT"), {"Connection": "close"}) from None
@@ -79,23 +96,6 @@ def _too_large(limit: int) -> Refused:
     # its message.
     return Refused(ChatError(413, f"the request body is over {limit} bytes",
                              code="PAYLOAD_TOO_LARGE"))
-
-
-async def _read_bounded(request: ClientRequest, limit: int) -> bytes:
-    length = request.content_length
-    if length is not None:
-        if length > limit:
-            raise _too_large(limit)
-        try:
-            return await request.read()  # exactly ``length`` bytes, one buffer
-        except web.HTTPRequestEntityTooLarge:  # the app's own limit, set at startup
-            raise _too_large(limit) from None
-    buf = bytearray()
-    async for chunk in request.content.iter_chunked(65536):
-        buf += chunk
-        if len(buf) > limit:
-            raise _too_large(limit)
-    return bytes(buf)
 
 
 def _wants_stream(request: ClientRequest, entry: RouteEntry, req: ChatRequest) -> bool:
