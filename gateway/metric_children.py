@@ -106,11 +106,6 @@ class _BatchedSum(Batched):
         self._child = child
         self._n = 0.0
 
-    def _add(self, amount: float) -> None:
-        if not self._queued:
-            self._queue()
-        self._n += amount
-
     def flush(self) -> None:
         self._queued = False
         n, self._n = self._n, 0.0
@@ -124,7 +119,9 @@ class BatchedCounter(_BatchedSum):
     def inc(self, amount: float = 1) -> None:
         if amount < 0:
             raise ValueError("Counters can only be incremented by non-negative amounts.")
-        self._add(amount)
+        if not self._queued:  # (inline in each writer: a request makes a dozen such calls)
+            self._queue()
+        self._n += amount
 
 
 class BatchedGauge(_BatchedSum):
@@ -134,10 +131,14 @@ class BatchedGauge(_BatchedSum):
     __slots__ = ()
 
     def inc(self, amount: float = 1) -> None:
-        self._add(amount)
+        if not self._queued:
+            self._queue()
+        self._n += amount
 
     def dec(self, amount: float = 1) -> None:
-        self._add(-amount)
+        if not self._queued:
+            self._queue()
+        self._n -= amount
 
 
 class BatchedHistogram(Batched):
@@ -245,8 +246,12 @@ def count_usage(tokens: Family[Counts], upstream: str, usage: Usage | None) -> N
     """The tokens an upstream reported for one answer, by kind."""
     if usage is None:
         return
-    for kind, n in (("prompt", usage.input_tokens), ("completion", usage.output_tokens),
-                    ("cached", usage.cached_input_tokens),
-                    ("reasoning", usage.reasoning_tokens)):
-        if n:
-            tokens.labels(upstream, kind).inc(n)
+    # (one test a kind, rather than a loop over pairs built anew for every answer)
+    if usage.input_tokens:
+        tokens.labels(upstream, "prompt").inc(usage.input_tokens)
+    if usage.output_tokens:
+        tokens.labels(upstream, "completion").inc(usage.output_tokens)
+    if usage.cached_input_tokens:
+        tokens.labels(upstream, "cached").inc(usage.cached_input_tokens)
+    if usage.reasoning_tokens:
+        tokens.labels(upstream, "reasoning").inc(usage.reasoning_tokens)

@@ -83,12 +83,13 @@ class RecentTraffic:
         self._cache: PercentileCache = {}
 
     def _slot(self, route: str) -> _Slot:
-        start = bucket_of(self._wall())
-        if not self._buckets or self._buckets[-1][0] != start:
-            self._buckets.append((start, {}))
-            while self._buckets[0][0] <= start - HISTORY_SECONDS:
-                self._buckets.popleft()
-        routes = self._buckets[-1][1]
+        start = int(self._wall()) // STEP_SECONDS * STEP_SECONDS  # (bucket_of, inline)
+        buckets = self._buckets
+        if not buckets or buckets[-1][0] != start:
+            buckets.append((start, {}))
+            while buckets[0][0] <= start - HISTORY_SECONDS:
+                buckets.popleft()
+        routes = buckets[-1][1]
         slot = routes.get(route)
         if slot is None:
             slot = routes[route] = _Slot()

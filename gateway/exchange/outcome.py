@@ -113,16 +113,20 @@ def outcome_of(entry: RouteEntry, request_id: str, started: float, answerer: Ans
     """The outcome of a request a route served (:func:`gateway.exchange.serve`), once it
     ended."""
     p = answerer.progress
+    first = p.first_content
+    dropped, answer_dropped = attempts.dropped, p.dropped
     return Outcome(
         request_id=request_id, route=entry.config.path, client_dialect=entry.client.name,
         status=499 if disconnected else p.status or 500,
         duration=time.perf_counter() - started,
         upstream=attempts.upstream, upstream_dialect=attempts.upstream_dialect, stream=stream,
-        ttft=None if p.first_content is None else p.first_content - started,
+        ttft=None if first is None else first - started,
         upstream_wait=attempts.upstream_wait, client_wait=p.client_wait, chunks=p.chunks,
         attempts=tuple(attempts.attempts),
-        dropped=tuple(dict.fromkeys([*attempts.dropped, *p.dropped])), usage=p.usage,
-        error=p.error, disconnected=disconnected,
+        # (most requests drop nothing: no list, dict and tuple built to say so)
+        dropped=tuple(dict.fromkeys([*dropped, *answer_dropped]))
+        if dropped or answer_dropped else (),
+        usage=p.usage, error=p.error, disconnected=disconnected,
         client=client_address(request, runtime.config.server.trusted_proxies),
         user_agent=request.headers.get("User-Agent"), request_bytes=request.content.total_bytes,
         response_bytes=p.sent_bytes, model=model, response_model=p.model,
@@ -133,17 +137,13 @@ def record(o: Outcome, metrics: Metrics, log: Any, recent: RecentTraffic | None,
            on_outcome: Callable[[Outcome], None] | None = None) -> None:
     """The request's metrics, its access log line, its status-page sample and its spans; then
     ``on_outcome`` (the app's observer: :attr:`gateway.exchange.Env.on_outcome`) is given it."""
-    _write(o, metrics, log, recent)
-    if on_outcome is not None:
-        on_outcome(o)
-
-
-def _write(o: Outcome, metrics: Metrics, log: Any, recent: RecentTraffic | None) -> None:
-    if o.trace is not None:
-        o.trace.finish(o)
+    trace = o.trace
+    if trace is not None:
+        trace.finish(o)
     m = metrics
-    series = m.route_series.get(o.route, o.client_dialect, o.upstream, o.upstream_dialect)
-    series.requests(o.status).inc()
+    route, upstream, status = o.route, o.upstream, o.status
+    series = m.route_series.get(route, o.client_dialect, upstream, o.upstream_dialect)
+    series.requests(status).inc()
     for a in o.attempts:
         m.attempts.labels(a.upstream, a.outcome).inc()
         if a.outcome in _ERROR_KINDS:
@@ -152,33 +152,37 @@ def _write(o: Outcome, metrics: Metrics, log: Any, recent: RecentTraffic | None)
             m.upstream_duration.labels(a.upstream).observe(a.seconds)
     info = log.is_enabled_for(logging.INFO)
     if o.path is None:  # a route answered (or refused): the latency series are the route's
-        (series.duration_stream if o.stream else series.duration_whole).observe(o.duration)
-        series.overhead.observe(max(0.0, o.duration - o.upstream_wait - o.client_wait))
-        if o.ttft is not None:
-            series.ttft.observe(o.ttft)
+        duration, stream, ttft = o.duration, o.stream, o.ttft
+        (series.duration_stream if stream else series.duration_whole).observe(duration)
+        series.overhead.observe(max(0.0, duration - o.upstream_wait - o.client_wait))
+        if ttft is not None:
+            series.ttft.observe(ttft)
         if o.chunks:
             series.stream_chunks.inc(o.chunks)
         if o.disconnected:
-            m.client_disconnects.labels(o.route).inc()
+            m.client_disconnects.labels(route).inc()
         for f in o.dropped:
-            m.dropped_fields.labels(o.route, dropped_label(f)).inc()
-        count_usage(m.tokens, o.upstream, o.usage)
+            m.dropped_fields.labels(route, dropped_label(f)).inc()
+        if o.usage is not None:
+            count_usage(m.tokens, upstream, o.usage)
         if recent is not None:
-            recent.add(o.route, o.duration, o.status, stream=o.stream, ttft=o.ttft)
-        if not info:  # the access line is built only to be written
-            return
-        log.info(
-            "access", request_id=o.request_id, route=o.route, client_dialect=o.client_dialect,
-            upstream=o.upstream, upstream_dialect=o.upstream_dialect, status=o.status,
-            stream=o.stream, duration_ms=round(o.duration * 1000, 3),
-            ttft_ms=None if o.ttft is None else round(o.ttft * 1000, 3), chunks=o.chunks,
-            attempts=[f"{a.upstream}:{a.outcome}" for a in o.attempts] or None, error=o.error,
-            client_disconnected=o.disconnected, dropped=list(o.dropped) or None,
-            client=o.client, user_agent=o.user_agent, request_bytes=o.request_bytes,
-            response_bytes=o.response_bytes, trace_id=o.trace.trace_id if o.trace else None,
-            key=o.key)
+            recent.add(route, duration, status, stream=stream, ttft=ttft)
+        if info:  # the access line is built only to be written
+            log.info(
+                "access", request_id=o.request_id, route=route,
+                client_dialect=o.client_dialect, upstream=upstream,
+                upstream_dialect=o.upstream_dialect, status=status, stream=stream,
+                duration_ms=round(duration * 1000, 3),
+                ttft_ms=None if ttft is None else round(ttft * 1000, 3), chunks=o.chunks,
+                attempts=[f"{a.upstream}:{a.outcome}" for a in o.attempts] or None,
+                error=o.error, client_disconnected=o.disconnected,
+                dropped=list(o.dropped) or None, client=o.client, user_agent=o.user_agent,
+                request_bytes=o.request_bytes, response_bytes=o.response_bytes,
+                trace_id=trace.trace_id if trace else None, key=o.key)
     elif info:
-        log.info("access", request_id=o.request_id, route=None if o.route == NONE else o.route,
+        log.info("access", request_id=o.request_id, route=None if route == NONE else route,
                  path=o.path, method=o.method,
-                 status=o.status, client=o.client, user_agent=o.user_agent,
+                 status=status, client=o.client, user_agent=o.user_agent,
                  request_bytes=o.request_bytes, response_bytes=o.response_bytes)
+    if on_outcome is not None:
+        on_outcome(o)
