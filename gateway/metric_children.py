@@ -18,8 +18,8 @@ from gateway.canonical import Usage
 if TYPE_CHECKING:
     from gateway.metrics import Metrics
 
-__all__ = ["Batched", "BatchedCounter", "BatchedGauge", "BatchedHistogram", "Counts", "Family",
-           "Moves", "Observes", "Pending", "RouteSeries", "RouteSeriesIndex", "as_is",
+__all__ = ["Batched", "BatchedCounter", "BatchedGauge", "BatchedHistogram", "Children", "Counts",
+           "Family", "Moves", "Observes", "Pending", "RouteSeries", "RouteSeriesIndex", "as_is",
            "count_usage"]
 
 
@@ -40,31 +40,45 @@ class Moves(Protocol):
 _C = TypeVar("_C")
 
 
+class Children(dict[tuple[str, ...], _C]):
+    """A family's children by their label values, each made on its first write (as the registry
+    makes a series on its first ``labels()``). Looked up by subscript, ``children[values]``: a
+    dict's own lookup, no Python call, for a child already made."""
+
+    __slots__ = ("_metric", "_wrap")
+
+    def __init__(self, metric: Any, wrap: Callable[[Any], _C]) -> None:
+        super().__init__()
+        self._metric = metric
+        self._wrap = wrap
+
+    def __missing__(self, values: tuple[str, ...]) -> _C:
+        child = self[values] = self._wrap(self._metric.labels(*values))
+        return child
+
+
 class Family(Generic[_C]):
     """A labelled metric whose children are looked up once per label set.
 
     prometheus-client's ``labels()`` validates the values and takes a lock on every call; a
-    request touches eight or so children, so the hot path keeps them in a dict instead.
+    request touches eight or so children, so the hot path keeps them in a dict instead
+    (:attr:`children`, or :meth:`labels`).
     The label sets are the metric's own (routes, upstreams, statuses): the dict is no larger than
     the series the registry already holds. ``wrap`` makes what the hot path writes to of each
     child (the child itself, or a :class:`Batched` one).
     """
 
-    __slots__ = ("_children", "_wrap", "metric")
+    __slots__ = ("children", "metric")
 
     def __init__(self, metric: Any, wrap: Callable[[Any], _C]) -> None:
         self.metric = metric
-        self._wrap = wrap
-        self._children: dict[tuple[str, ...], _C] = {}
+        self.children: Children[_C] = Children(metric, wrap)
 
     def labels(self, *values: str) -> _C:
-        child = self._children.get(values)
-        if child is None:
-            child = self._children[values] = self._wrap(self.metric.labels(*values))
-        return child
+        return self.children[values]
 
     def remove(self, *values: str) -> None:
-        child = self._children.pop(values, None)
+        child = self.children.pop(values, None)
         if isinstance(child, Batched):
             child.flush()
         self.metric.remove(*values)
@@ -198,18 +212,31 @@ def as_is(child: _C) -> _C:
     return child
 
 
+class _ByStatus(dict[int, Counts]):
+    __slots__ = ("_labels", "_requests")
+
+    def __init__(self, requests: Family[Counts], labels: tuple[str, str, str, str]) -> None:
+        super().__init__()
+        self._requests = requests
+        self._labels = labels
+
+    def __missing__(self, status: int) -> Counts:
+        child = self[status] = self._requests.labels(*self._labels, str(status))
+        return child
+
+
 class RouteSeries:
     """The children one (route, client dialect, upstream, upstream dialect) writes on every
     request, looked up once instead of label by label per request."""
 
-    __slots__ = ("_by_status", "_requests", "duration_stream", "duration_whole", "labels",
-                 "overhead", "stream_chunks", "ttft")
+    __slots__ = ("by_status", "duration_stream", "duration_whole", "labels", "overhead",
+                 "stream_chunks", "ttft")
 
     def __init__(self, m: Metrics, labels: tuple[str, str, str, str]) -> None:
         route, upstream = labels[0], labels[2]
         self.labels = labels
-        self._requests = m.requests
-        self._by_status: dict[int, Counts] = {}
+        self.by_status: dict[int, Counts] = _ByStatus(m.requests, labels)
+        """The requests counter of each final status, made on its first request."""
         self.duration_stream = m.request_duration.labels(*labels, "true")
         self.duration_whole = m.request_duration.labels(*labels, "false")
         self.overhead = m.overhead.labels(route)
@@ -217,28 +244,22 @@ class RouteSeries:
         self.stream_chunks = m.stream_chunks.labels(route, upstream)
 
     def requests(self, status: int) -> Counts:
-        child = self._by_status.get(status)
-        if child is None:
-            child = self._by_status[status] = self._requests.labels(*self.labels, str(status))
-        return child
+        return self.by_status[status]
 
 
-class RouteSeriesIndex:
+class RouteSeriesIndex(dict[tuple[str, str, str, str], RouteSeries]):
     """The :class:`RouteSeries` of each (route, client dialect, upstream, upstream dialect),
-    made on its first request."""
+    made on its first request: ``index[(route, client_dialect, upstream,
+    upstream_dialect)]``, a dict's own lookup."""
 
-    __slots__ = ("_metrics", "_series")
+    __slots__ = ("_metrics",)
 
     def __init__(self, metrics: Metrics) -> None:
+        super().__init__()
         self._metrics = metrics
-        self._series: dict[tuple[str, str, str, str], RouteSeries] = {}
 
-    def get(self, route: str, client_dialect: str, upstream: str,
-            upstream_dialect: str) -> RouteSeries:
-        key = (route, client_dialect, upstream, upstream_dialect)
-        found = self._series.get(key)
-        if found is None:
-            found = self._series[key] = RouteSeries(self._metrics, key)
+    def __missing__(self, key: tuple[str, str, str, str]) -> RouteSeries:
+        found = self[key] = RouteSeries(self._metrics, key)
         return found
 
 
@@ -247,11 +268,12 @@ def count_usage(tokens: Family[Counts], upstream: str, usage: Usage | None) -> N
     if usage is None:
         return
     # (one test a kind, rather than a loop over pairs built anew for every answer)
+    children = tokens.children
     if usage.input_tokens:
-        tokens.labels(upstream, "prompt").inc(usage.input_tokens)
+        children[(upstream, "prompt")].inc(usage.input_tokens)
     if usage.output_tokens:
-        tokens.labels(upstream, "completion").inc(usage.output_tokens)
+        children[(upstream, "completion")].inc(usage.output_tokens)
     if usage.cached_input_tokens:
-        tokens.labels(upstream, "cached").inc(usage.cached_input_tokens)
+        children[(upstream, "cached")].inc(usage.cached_input_tokens)
     if usage.reasoning_tokens:
-        tokens.labels(upstream, "reasoning").inc(usage.reasoning_tokens)
+        children[(upstream, "reasoning")].inc(usage.reasoning_tokens)

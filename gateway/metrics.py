@@ -144,7 +144,8 @@ class Metrics:
         self._exposition = Exposition(
             [f.metric for f in vars(self).values() if isinstance(f, Family)])
         self.route_series = RouteSeriesIndex(self)
-        """The children a request of each route writes, by route (:meth:`RouteSeriesIndex.get`)."""
+        """The children a request of each route writes, by route, client dialect, upstream and
+        upstream dialect (:class:`RouteSeriesIndex`)."""
 
     def render(self) -> bytes:
         if _multiprocess():

@@ -25,7 +25,7 @@ OBSERVED = [0.0, 1e-9, 0.005, 0.0051, 0.3, 7.5, 59.0, 1e6, 12345678.9, math.inf]
 def _busy_metrics() -> Metrics:
     m = Metrics()
     for i, route in enumerate(AWKWARD):
-        series = m.route_series.get(route, "in", f"up{i % 3}", "out")
+        series = m.route_series[(route, "in", f"up{i % 3}", "out")]
         for status in (200, 400, 502):
             series.requests(status).inc(i + 1)
         for v in OBSERVED[i:]:
@@ -65,7 +65,7 @@ def test_each_scrape_sees_the_counts_since_the_last() -> None:
     """The label text is kept; the numbers are read afresh on every scrape."""
     m = _busy_metrics()
     first = m.render()
-    series = m.route_series.get("/chat", "in", "up0", "out")
+    series = m.route_series[("/chat", "in", "up0", "out")]
     series.requests(200).inc()
     series.duration_whole.observe(0.02)
     m.inflight.labels("/chat").dec()
@@ -112,7 +112,7 @@ async def test_a_scrape_gives_the_loop_a_turn_every_few_series_and_the_same_byte
     exposition. The bytes are those of a scrape at once."""
     m = _busy_metrics()
     for i in range(4 * STEP):
-        series = m.route_series.get(f"/route{i}", "in", "up0", "out")
+        series = m.route_series[(f"/route{i}", "in", "up0", "out")]
         series.requests(200).inc(i)
         series.duration_stream.observe(i / 100)
     turns = 0

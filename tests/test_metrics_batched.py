@@ -103,7 +103,7 @@ def test_the_requests_in_flight_read_between_scrapes() -> None:
 def test_a_scrape_of_the_gateways_metrics_sees_every_request_counted() -> None:
     """Through the gateway's own registry and its text rendering, as ``/metrics`` serves it."""
     m = Metrics()
-    series = m.route_series.get("/chat", "a", "up", "b")
+    series = m.route_series[("/chat", "a", "up", "b")]
     for _ in range(3):
         series.requests(200).inc()
         series.duration_whole.observe(0.03)

@@ -74,7 +74,7 @@ async def serve(request: ClientRequest, env: Env, runtime: Runtime,
     answerer = Answerer(sink, entry, request_id, config.server.stream_accelerators)
     attempts = AttemptLog()
     answerer.request_dropped = attempts.dropped
-    inflight = env.metrics.inflight.labels(entry.config.path)
+    inflight = env.metrics.inflight.children[(entry.config.path,)]
     inflight.inc()
     stream, disconnected = False, False
     model: str | None = None

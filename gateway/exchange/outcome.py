@@ -142,14 +142,15 @@ def record(o: Outcome, metrics: Metrics, log: Any, recent: RecentTraffic | None,
         trace.finish(o)
     m = metrics
     route, upstream, status = o.route, o.upstream, o.status
-    series = m.route_series.get(route, o.client_dialect, upstream, o.upstream_dialect)
-    series.requests(status).inc()
+    # (children by subscript: a dict's own lookup, each made on its first write)
+    series = m.route_series[(route, o.client_dialect, upstream, o.upstream_dialect)]
+    series.by_status[status].inc()
     for a in o.attempts:
-        m.attempts.labels(a.upstream, a.outcome).inc()
+        m.attempts.children[(a.upstream, a.outcome)].inc()
         if a.outcome in _ERROR_KINDS:
-            m.upstream_errors.labels(a.upstream, a.outcome).inc()
+            m.upstream_errors.children[(a.upstream, a.outcome)].inc()
         if a.seconds is not None:
-            m.upstream_duration.labels(a.upstream).observe(a.seconds)
+            m.upstream_duration.children[(a.upstream,)].observe(a.seconds)
     info = log.is_enabled_for(logging.INFO)
     if o.path is None:  # a route answered (or refused): the latency series are the route's
         duration, stream, ttft = o.duration, o.stream, o.ttft
@@ -160,7 +161,7 @@ def record(o: Outcome, metrics: Metrics, log: Any, recent: RecentTraffic | None,
         if o.chunks:
             series.stream_chunks.inc(o.chunks)
         if o.disconnected:
-            m.client_disconnects.labels(route).inc()
+            m.client_disconnects.children[(route,)].inc()
         for f in o.dropped:
             m.dropped_fields.labels(route, dropped_label(f)).inc()
         if o.usage is not None:
