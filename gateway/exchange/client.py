@@ -43,7 +43,18 @@ async def read_chat_request(request: ClientRequest, entry: RouteEntry, config: G
     keys = config.auth.accepted_keys
     if keys or request.method != "POST":  # (most requests: nothing to refuse, no call)
         check_access(request, keys, _POST, "POST, OPTIONS")
-    raw = await _read_body(request, config.server.max_body_bytes)
+    limit = config.server.max_body_bytes
+    length = request.content_length
+    try:
+        if length is not None and length <= limit:  # most requests: one read, one buffer
+            raw = await request.read()  # exactly ``length`` bytes
+        else:
+            raw = await _read_unsized(request, length, limit)
+    except web.HTTPRequestEntityTooLarge:  # the app's own limit, set at startup
+        raise _too_large(limit) from None
+    except BodyTimeout:  # the edge's body_timeout (gateway.edge); it closes the connection
+        raise Refused(ChatError(408, "the request body did not arrive in time",
+                                code="REQUEST_TIMEOUT"), {"Connection": "close"}) from None
     resolved: Resolved | None = None
     try:
         body = parse_body(raw)
@@ -70,25 +81,17 @@ async def read_chat_request(request: ClientRequest, entry: RouteEntry, config: G
     return req, resolved.keeping if resolved is not None else None
 
 
-async def _read_body(request: ClientRequest, limit: int) -> bytes:
-    length = request.content_length
-    try:
-        if length is not None:
-            if length > limit:
-                raise _too_large(limit)
-            try:
-                return await request.read()  # exactly ``length`` bytes, one buffer
-            except web.HTTPRequestEntityTooLarge:  # the app's own limit, set at startup
-                raise _too_large(limit) from None
-        buf = bytearray()
-        async for chunk in request.content.iter_chunked(65536):
-            buf += chunk
-            if len(buf) > limit:
-                raise _too_large(limit)
-        return bytes(buf)
-    except BodyTimeout:  # the edge's body_timeout (gateway.edge); it closes the connection
-        raise Refused(ChatError(408, "the request body did not arrive in time",
-                                code="REQUEST_TIMEOUT"), {"Connection": "close"}) from None
+async def _read_unsized(request: ClientRequest, length: int | None, limit: int) -> bytes:
+    """A body declared over ``limit`` (refused), or of no declared length (chunked: read up to
+    ``limit``)."""
+    if length is not None:
+        raise _too_large(limit)
+    buf = bytearray()
+    async for chunk in request.content.iter_chunked(65536):
+        buf += chunk
+        if len(buf) > limit:
+            raise _too_large(limit)
+    return bytes(buf)
 
 
 def _too_large(limit: int) -> Refused:
