@@ -1144,14 +1144,18 @@ class _Decoder:
         name: str | None = None
         if isinstance(payload, Named):
             name, payload = payload.event, payload.data
-        if isinstance(payload, RawData):
-            raise DialectError("an event's data is not JSON", "stream")
-        if not isinstance(payload, dict):
+        if not isinstance(payload, dict):  # (a RawData is a tuple)
+            if isinstance(payload, RawData):
+                raise DialectError("an event's data is not JSON", "stream")
             raise DialectError("an event must be an object", "stream")
         kind = payload.get("type")
         if name == "error" or kind == "error":
             return self._error(payload)
         events: list[StreamEvent] = []
+        if kind == "content_block_delta" and self._started:
+            # nearly every event: what the dispatch below comes to for it
+            self._delta(payload, events)
+            return events
         if kind == "message_start":
             if self._started:
                 raise DialectError("a second message_start", "stream")
@@ -1225,12 +1229,20 @@ class _Decoder:
         self._blocks.append([kind, True, call])
 
     def _delta(self, payload: dict[str, Any], events: list[StreamEvent]) -> None:
-        block = self._open(payload.get("index"), "content_block_delta")
+        index, blocks = payload.get("index"), self._blocks
+        if index.__class__ is int and 0 <= index < len(blocks) and blocks[index][1]:
+            block = blocks[index]  # an open block: what _open gives
+        else:
+            block = self._open(index, "content_block_delta")
         delta = payload.get("delta")
         if not isinstance(delta, dict):
             raise DialectError("content_block_delta without a delta", "stream")
         kind, target = delta.get("type"), block[0]
-        if kind in ("text_delta", "citations_delta"):
+        if kind == "text_delta" and target == "text":  # nearly every delta: no check to fail
+            text = delta.get("text")
+            if isinstance(text, str) and text:
+                events.append(TextDelta(text))
+        elif kind in ("text_delta", "citations_delta"):
             self._expect(kind, target, ("text",))
             text = delta.get("text")
             if kind == "text_delta" and isinstance(text, str) and text:

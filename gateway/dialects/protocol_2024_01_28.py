@@ -262,6 +262,12 @@ class _Decoder:
         return [StreamFinish(self._reason or "stop", self._usage)]
 
 
+_TEXT_HEAD = b'{"choices":[{"delta":{"content":'
+_TEXT_TAIL = b'},"finish_reason":null,"index":0}]'
+"""How :meth:`_Encoder._wrap` writes a text chunk's choice around its text (a JSON string),
+before the tail."""
+
+
 class _Encoder:
     __slots__ = ("_agent", "_closed", "_first", "_model", "_spoke", "_tail")
 
@@ -319,6 +325,11 @@ class _Encoder:
     def encode(self, event: StreamEvent) -> list[Payload]:
         if self._closed:
             return []
+        if event.__class__ is TextDelta and not self._first and event.agent == self._agent:
+            # a piece of text once the stream has begun, nearly every event: the bytes the
+            # TextDelta case below writes (_wrap of its choice), with nothing to start
+            self._spoke = True
+            return [b"".join((_TEXT_HEAD, orjson.dumps(event.text), _TEXT_TAIL, self._tail))]
         match event:
             case StreamStart():
                 return self._start(event)

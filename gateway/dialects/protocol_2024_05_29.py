@@ -200,6 +200,15 @@ class _Decoder:
             return []
         if not isinstance(payload, dict):
             raise DialectError("a chunk must be an object", "stream")
+        if self._started and len(payload) == 1 and "delta" in payload:
+            # a delta alone once the stream has begun, nearly every line: no error, context or
+            # state, so what the full reading below makes of it is its text
+            delta = payload["delta"]
+            if isinstance(delta, dict):
+                text = delta.get("content")
+                if isinstance(text, str) and text:
+                    return [TextDelta(text)]
+            return []
         if payload.get("error") is not None:
             self._ended = True
             return [StreamError(error_text(payload["error"]))]
@@ -266,6 +275,11 @@ class _Encoder:
     def encode(self, event: StreamEvent) -> list[Payload]:
         if self._closed:
             return []
+        if event.__class__ is TextDelta and not self._first and event.agent == self._agent:
+            # a piece of text once the stream has begun, nearly every event: the TextDelta
+            # case below, with nothing to start and no header to write
+            self._spoke = True
+            return [b'{"delta":{"content":' + orjson.dumps(event.text) + b"}}"]
         match event:
             case StreamStart():
                 return self._start(event)
