@@ -308,7 +308,7 @@ class OpenAIDialect(SamplesFromPackage):
                 reasoning=_reasoning_of(message),
                 extras=split_known(message, _MESSAGE_KEYS),
             )],
-            finish_reason=_finish_in(reason) if isinstance(reason, str) else None,
+            finish_reason=_FINISH_IN.get(reason, reason) if isinstance(reason, str) else None,
             usage=_usage(usage),
             id=_str(obj.get("id")),
             created=_int(obj.get("created")),
@@ -330,9 +330,11 @@ class OpenAIDialect(SamplesFromPackage):
         calls = resp.tool_calls
         text = resp.text
         message["content"] = text if text or not calls else None
-        reasoning = "".join(r.text for r in resp.reasoning)
-        if reasoning:
-            message["reasoning_content"] = reasoning
+        thoughts = resp.reasoning
+        if thoughts:
+            reasoning = "".join(r.text for r in thoughts)
+            if reasoning:
+                message["reasoning_content"] = reasoning
         if calls:
             message["tool_calls"] = [_render_call(c) for c in calls]
         reason = resp.finish_reason if same and resp.finish_reason else _finish_out(

@@ -58,6 +58,7 @@ __all__ = ["Protocol20240128"]
 NAME = "protocol-2024-01-28"
 _REQUEST_KEYS = frozenset({"messages", "stream", "context", "session_state"})
 _RESPONSE_KEYS = frozenset({"choices", "id", "created", "model", "usage"})
+_CONTENT_KEY = frozenset({"content"})
 _CHOICE_KEYS = frozenset({"message", "context", "session_state", "finish_reason"})
 # The spec's recommended response context, empty: data_points "an object containing text and/or
 # image data chunks, a list in the text or images properties", thoughts "a list describing each
@@ -142,7 +143,7 @@ class Protocol20240128(SamplesFromPackage):
         return ChatResponse(
             messages=[AssistantMessage(
                 content=content or "",
-                extras=split_known(message, frozenset({"content"})),
+                extras=split_known(message, _CONTENT_KEY),
             )],
             context=choice.get("context"),
             session_state=choice.get("session_state", obj.get("session_state")),

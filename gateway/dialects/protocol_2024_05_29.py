@@ -55,6 +55,7 @@ NAME = "protocol-2024-05-29"
 CAMEL, SNAKE = "sessionState", "session_state"
 _REQUEST_KEYS = frozenset({"messages", "context", CAMEL, SNAKE})
 _RESPONSE_KEYS = frozenset({"message", "context", CAMEL, SNAKE})
+_CONTENT_KEY = frozenset({"content"})
 # The reference frontend (azure-search-openai-demo, app/frontend/src/api/models.ts) types every
 # answer's context as {data_points: {text, images, citations}, followup_questions: string[] | null,
 # thoughts: Thought[]} and reads data_points and thoughts without a check; its backend sends a
@@ -147,7 +148,7 @@ class Protocol20240529(SamplesFromPackage):
             extras[key] = None
         return ChatResponse(
             messages=[AssistantMessage(
-                content=content or "", extras=split_known(message, frozenset({"content"})))],
+                content=content or "", extras=split_known(message, _CONTENT_KEY))],
             context=obj.get("context"),
             session_state=state,
             extras=extras,
