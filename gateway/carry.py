@@ -173,7 +173,7 @@ def request_losses(req: ChatRequest, target: Dialect) -> list[str]:
             lost.append("reasoning")
         elif req.reasoning is not None:
             lost.append("reasoning_effort")
-    elif not all(takes_back(r, target) for r in replayed):
+    elif replayed and not all(takes_back(r, target) for r in replayed):
         lost.append("reasoning")
     if req.output is not None and req.output.kind not in caps.structured_output:
         lost.append("structured_output")

@@ -690,9 +690,11 @@ def _usage(v: JSON) -> Usage | None:
         return None
     prompt = v.get("prompt_tokens_details")
     completion = v.get("completion_tokens_details")
+    into, out = v.get("prompt_tokens"), v.get("completion_tokens")
     return Usage(
-        input_tokens=_int(v.get("prompt_tokens")),
-        output_tokens=_int(v.get("completion_tokens")),
+        # (_int, in place for the two counts every usage has: a plain int is one test)
+        input_tokens=into if into.__class__ is int else _int(into),
+        output_tokens=out if out.__class__ is int else _int(out),
         cached_input_tokens=_int(prompt.get("cached_tokens")) if isinstance(prompt, dict)
         else None,
         reasoning_tokens=_int(completion.get("reasoning_tokens"))

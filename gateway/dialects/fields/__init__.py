@@ -335,8 +335,10 @@ def _walk(node: _Node, obj: dict[str, JSON], found: dict[str, Field],
             if plain.keys:
                 _visit(plain, value, found)
             else:
-                for f in plain.fields:
-                    if f.path not in found and _present(value, f):
+                for f in plain.fields:  # (_present, in place: value is not None here)
+                    if f.path not in found and (
+                            f.default is _NO_DEFAULT or value != f.default) and (
+                            not f.no_loss or value not in f.no_loss):
                         found[f.path] = f
         if not at.elements:
             continue
