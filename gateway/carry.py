@@ -44,6 +44,7 @@ from gateway.canonical import (
     ImagePart,
     Message,
     OtherPart,
+    Part,
     Reasoning,
     ReasoningDelta,
     StreamError,
@@ -135,32 +136,44 @@ def request_losses(req: ChatRequest, target: Dialect) -> list[str]:
     """The fields of ``req`` that ``target`` cannot carry (governed first, then reported)."""
     caps = target.capabilities
     lost: list[str] = []
+    # what the messages hold, in one pass over them (every request of every route comes here)
+    calls = results = False
+    parts: list[Part] = []
+    replayed: list[Reasoning] = []
+    for m in req.messages:
+        if m.tool_calls:
+            calls = True
+        if m.tool_call_id is not None:
+            results = True
+        if not isinstance(m.content, str):
+            parts.extend(m.content)
+        if m.reasoning:
+            replayed.extend(r for r in m.reasoning if r.text or r.redacted)
     if not caps.tools:
         if req.tools:
             lost.append("tools")
         if req.tool_choice is not None:
             lost.append("tool_choice")
-        if any(m.tool_calls for m in req.messages):
+        if calls:
             lost.append("tool_calls")
-        if any(m.tool_call_id is not None for m in req.messages):
+        if results:
             lost.append("tool_results")
     else:
-        if any(_hosted(t, target) for t in req.tools):
+        if req.tools and any(_hosted(t, target) for t in req.tools):
             lost.append("hosted_tools")
         if not _choice_carried(req.tool_choice, caps):
             lost.append("tool_choice")
-    parts = [p for m in req.messages if not isinstance(m.content, str) for p in m.content]
-    if any(isinstance(p, ImagePart) and not _image_carried(p, target) for p in parts):
-        lost.append("images")
-    if any(isinstance(p, OtherPart) and p.dialect != target.name for p in parts):
-        lost.append("content_parts")
-    replayed = [r for m in req.messages for r in m.reasoning if r.text or r.redacted]
+    if parts:
+        if any(isinstance(p, ImagePart) and not _image_carried(p, target) for p in parts):
+            lost.append("images")
+        if any(isinstance(p, OtherPart) and p.dialect != target.name for p in parts):
+            lost.append("content_parts")
     if not caps.reasoning:
         if replayed:
             lost.append("reasoning")
         elif req.reasoning is not None:
             lost.append("reasoning_effort")
-    elif not all(takes_back(r, target) for r in replayed):
+    elif replayed and not all(takes_back(r, target) for r in replayed):
         lost.append("reasoning")
     if req.output is not None and req.output.kind not in caps.structured_output:
         lost.append("structured_output")
@@ -169,7 +182,9 @@ def request_losses(req: ChatRequest, target: Dialect) -> list[str]:
     if req.session_state is not None and not req.session_minted \
             and not carries_state(caps.session_state, req.session_state):
         lost.append("session_state")
-    lost.extend(u.path for u in fields.losses(req, target) if u.path not in lost)
+    own = fields.losses(req, target)
+    if own:
+        lost.extend(u.path for u in own if u.path not in lost)
     return lost
 
 
@@ -190,6 +205,8 @@ def governed_losses(req: ChatRequest, target: Dialect, lost: list[str]) -> list[
     """The fields among ``lost`` (:func:`request_losses`) whose fate the route's policy
     decides: the governed capabilities, and the documented fields whose table says
     ``lost: policy``."""
+    if not lost:
+        return []
     own = set(fields.governed(fields.losses(req, target)))
     return [f for f in lost if f in GOVERNED or f in own]
 

@@ -174,8 +174,12 @@ def _names(req: ChatRequest, upstream: Dialect, custom_tools: str) -> ToolNames 
     if not caps.tools or (caps.custom_tools and caps.tool_namespaces
                           and custom_tools == "native"):
         return None
-    if not req.tools and not any(m.tool_calls for m in req.messages):
-        return None
+    if not req.tools:
+        for m in req.messages:  # (a loop: a generator costs a frame on every request)
+            if m.tool_calls:
+                break
+        else:
+            return None
     calls = [c for m in req.messages for c in m.tool_calls]
     custom = (not caps.custom_tools or custom_tools == "function") and (
         any(t.kind == "custom" for t in req.tools) or any(c.kind == "custom" for c in calls))

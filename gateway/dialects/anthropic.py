@@ -88,6 +88,9 @@ _REQUEST_KEYS = frozenset({
     "model", "max_tokens", "messages", "system", "stream", "tools", "tool_choice", "thinking",
     "stop_sequences", "temperature", "top_p", "top_k", "metadata"})
 _RESPONSE_KEYS = frozenset({"id", "type", "role", "model", "content", "stop_reason", "usage"})
+_EXTRAS_KNOWN = _REQUEST_KEYS - {"stream"}
+"""What a request's extras leave out ("stream" stays, so that a same-dialect render keeps an
+explicit false)."""
 
 _SYSTEM_SEPARATOR = "\n\n"
 """Between the text blocks of a ``system`` list once they are one canonical text (see
@@ -220,10 +223,13 @@ def _usage_in(v: JSON) -> Usage | None:
     fresh = _int(v.get("input_tokens"))
     read = _int(v.get("cache_read_input_tokens"))
     write = _int(v.get("cache_creation_input_tokens"))
-    counts = [c for c in (fresh, read, write) if c is not None]
+    total: int | None = None  # the counts present, summed (None when none is)
+    for count in (fresh, read, write):
+        if count is not None:
+            total = count if total is None else total + count
     details = v.get("output_tokens_details")
     return Usage(
-        input_tokens=sum(counts) if counts else None,
+        input_tokens=total,
         output_tokens=_int(v.get("output_tokens")),
         cached_input_tokens=read,
         cache_write_tokens=write,
@@ -278,6 +284,7 @@ class _Blocks:
 
 
 _TEXT_KEYS = frozenset({"type", "text"})
+_MESSAGE_KEYS = frozenset({"role", "content"})
 _IMAGE_KEYS = frozenset({"type", "source"})
 _TOOL_USE_KEYS = frozenset({"type", "id", "name", "input"})
 _THINKING_KEYS = frozenset({"type", "thinking", "signature"})
@@ -451,7 +458,8 @@ def _with_layout(m: Message, blocks: _Blocks, wire: list[JSON]) -> Message:
 def _parse_messages(obj: dict[str, JSON]) -> list[Message]:
     out: list[Message] = []
     for i, m in enumerate(messages_of(obj)):
-        out.extend(_parse_message(expect_object(m, f"messages[{i}]"), f"messages[{i}]"))
+        where = f"messages[{i}]"
+        out.extend(_parse_message(expect_object(m, where), where))
     return out
 
 
@@ -461,7 +469,7 @@ def _parse_message(m: dict[str, JSON], where: str) -> list[Message]:
     role = m.get("role")
     if not isinstance(role, str):
         raise DialectError("must be a string", f"{where}.role")
-    wire_extras = split_known(m, frozenset({"role", "content"}))
+    wire_extras = split_known(m, _MESSAGE_KEYS)
     content = m.get("content")
     msgs: list[Message]
     if content is None or isinstance(content, str):
@@ -754,7 +762,7 @@ class AnthropicDialect(SamplesFromPackage):
             if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
                 raise DialectError("must be a list of strings", "stop_sequences")
             sampling["stop"] = stop
-        extras = split_known(obj, _REQUEST_KEYS - {"stream"})
+        extras = split_known(obj, _EXTRAS_KNOWN)
         metadata = obj.get("metadata")
         if metadata is not None:
             metadata = expect_object(metadata, "metadata")
@@ -801,9 +809,9 @@ class AnthropicDialect(SamplesFromPackage):
         if system is not None:
             out["system"] = system
         out["messages"] = messages
-        sampling = dict(req.sampling)
-        if "temperature" not in sampling:
-            sampling.update(sampling_of(req.context))
+        sampling = req.sampling
+        if "temperature" not in sampling and req.context is not None:
+            sampling = {**sampling, **sampling_of(req.context)}
         for key in ("temperature", "top_p", "top_k"):
             if key in sampling:
                 out[key] = sampling[key]
@@ -816,7 +824,8 @@ class AnthropicDialect(SamplesFromPackage):
             if isinstance(user, str):
                 meta["user_id"] = user
             out["metadata"] = meta
-        tools = [w for w in (_render_tool(t, same) for t in req.tools) if w is not None]
+        tools = [w for w in (_render_tool(t, same) for t in req.tools) if w is not None] \
+            if req.tools else []
         if tools:
             out["tools"] = tools
         if req.tool_choice is not None and (tools or same):
@@ -870,11 +879,14 @@ class AnthropicDialect(SamplesFromPackage):
         reasoning: list[Reasoning] = []
         layout: list[list[JSON]] = []
         for j, raw in enumerate(content):
-            block = expect_object(raw, f"content[{j}]")
+            block = raw if isinstance(raw, dict) else expect_object(raw, f"content[{j}]")
             kind = block.get("type")
-            if kind == "text" and isinstance(block.get("text"), str):
-                texts.append(block["text"])
-                layout.append(["t", len(block["text"]), _extra(block, _TEXT_KEYS)])
+            piece = block.get("text")
+            if kind == "text" and isinstance(piece, str):
+                texts.append(piece)
+                # (a block of type and text alone, the common one, has nothing else to keep)
+                layout.append(["t", len(piece), {} if len(block) == 2 else
+                               _extra(block, _TEXT_KEYS)])
                 continue
             if kind in ("tool_use", "thinking", "redacted_thinking"):
                 parsed = _Blocks([], calls, reasoning, layout)
@@ -890,12 +902,13 @@ class AnthropicDialect(SamplesFromPackage):
         extras = split_known(obj, _RESPONSE_KEYS)
         if isinstance(reason, str):
             extras["_stop"] = reason
-        if isinstance(obj.get("usage"), dict):
-            extras["_usage"] = obj["usage"]
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            extras["_usage"] = usage
         return ChatResponse(
             messages=[message],
             finish_reason=_stop_in(reason) if isinstance(reason, str) else None,
-            usage=_usage_in(obj.get("usage")),
+            usage=_usage_in(usage),
             id=_str(obj.get("id")),
             model=_str(obj.get("model")),
             extras=extras,
@@ -1144,14 +1157,18 @@ class _Decoder:
         name: str | None = None
         if isinstance(payload, Named):
             name, payload = payload.event, payload.data
-        if isinstance(payload, RawData):
-            raise DialectError("an event's data is not JSON", "stream")
-        if not isinstance(payload, dict):
+        if not isinstance(payload, dict):  # (a RawData is a tuple)
+            if isinstance(payload, RawData):
+                raise DialectError("an event's data is not JSON", "stream")
             raise DialectError("an event must be an object", "stream")
         kind = payload.get("type")
         if name == "error" or kind == "error":
             return self._error(payload)
         events: list[StreamEvent] = []
+        if kind == "content_block_delta" and self._started:
+            # nearly every event: what the dispatch below comes to for it
+            self._delta(payload, events)
+            return events
         if kind == "message_start":
             if self._started:
                 raise DialectError("a second message_start", "stream")
@@ -1225,12 +1242,20 @@ class _Decoder:
         self._blocks.append([kind, True, call])
 
     def _delta(self, payload: dict[str, Any], events: list[StreamEvent]) -> None:
-        block = self._open(payload.get("index"), "content_block_delta")
+        index, blocks = payload.get("index"), self._blocks
+        if index.__class__ is int and 0 <= index < len(blocks) and blocks[index][1]:
+            block = blocks[index]  # an open block: what _open gives
+        else:
+            block = self._open(index, "content_block_delta")
         delta = payload.get("delta")
         if not isinstance(delta, dict):
             raise DialectError("content_block_delta without a delta", "stream")
         kind, target = delta.get("type"), block[0]
-        if kind in ("text_delta", "citations_delta"):
+        if kind == "text_delta" and target == "text":  # nearly every delta: no check to fail
+            text = delta.get("text")
+            if isinstance(text, str) and text:
+                events.append(TextDelta(text))
+        elif kind in ("text_delta", "citations_delta"):
             self._expect(kind, target, ("text",))
             text = delta.get("text")
             if kind == "text_delta" and isinstance(text, str) and text:

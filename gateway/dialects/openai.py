@@ -81,14 +81,24 @@ _SHARED: dict[str, type] = {
     "service_tier": str, "verbosity": str, "metadata": dict}
 """Fields the Responses API has too, same name and meaning (``verbosity`` is its
 ``text.verbosity``): canonical sampling keys of the same name, with the type they must have."""
+_SAMPLING_OUT = (*_SAMPLING, *_SHARED)
+"""The sampling keys a request renders under their own name, in the order it writes them."""
 _REQUEST_KEYS = frozenset({
     "model", "messages", "stream", "tools", "tool_choice", "parallel_tool_calls", "stop",
     "max_tokens", "max_completion_tokens", "reasoning_effort", *_SAMPLING, *_SHARED})
+_EXTRAS_KNOWN = _REQUEST_KEYS - {"stream"}
+"""The keys :func:`split_known` leaves out of a request's extras ("stream" stays, so that a
+same-dialect render keeps an explicit false)."""
+_SETTINGS = frozenset({*_REQUEST_KEYS, "response_format", "stream_options"}
+                      - {"model", "messages", "stream"})
+"""The keys a request of only ``model``, ``messages`` and ``stream`` does without: when it holds
+none, what reads them reads nothing."""
 _FORMAT_AT = "json_schema"
 """Where ``response_format`` holds a JSON schema's name, schema and strictness."""
 _MESSAGE_KEYS = frozenset({"role", "content", "name", "tool_calls", "tool_call_id",
                            "reasoning_content"})
 _RESPONSE_KEYS = frozenset({"id", "created", "model", "choices", "usage"})
+_CHOICE_KEYS = frozenset({"message", "finish_reason"})
 _ERROR_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -155,6 +165,13 @@ class OpenAIDialect(SamplesFromPackage):
         stream = obj.get("stream", False)
         if stream is not None and not isinstance(stream, bool):
             raise DialectError("must be a boolean", "stream")
+        if obj.keys().isdisjoint(_SETTINGS):
+            # no sampling, caps, tools, format or stream options: what the full reading below
+            # makes of their absence
+            return ChatRequest(
+                messages=_parse_messages(obj), stream=bool(stream), model=model, sampling={},
+                extras=split_known(obj, _EXTRAS_KNOWN), extras_dialect=NAME,
+                hints={"include_usage": False})
         sampling: dict[str, JSON] = {}
         for key in _SAMPLING:
             value = obj.get(key)
@@ -190,7 +207,7 @@ class OpenAIDialect(SamplesFromPackage):
         if effort is not None and not isinstance(effort, str):
             raise DialectError("must be a string", "reasoning_effort")
         # "stream" stays in extras so that a same-dialect render keeps an explicit false
-        extras = split_known(obj, _REQUEST_KEYS - {"stream"})
+        extras = split_known(obj, _EXTRAS_KNOWN)
         raw_format = obj.get("response_format")
         output = None if raw_format is None else parse_openai_output_format(
             raw_format, "response_format", schema_at=_FORMAT_AT)
@@ -216,16 +233,18 @@ class OpenAIDialect(SamplesFromPackage):
         out: dict[str, Any] = dict(req.extras) if same else {}
         out["model"] = req.model or model or "default"
         out["messages"] = [_render_message(m, same) for m in req.messages]
-        for key in (*_SAMPLING, *_SHARED):
-            if key in req.sampling:
-                out[key] = req.sampling[key]
-        if "temperature" not in out:
+        sampling = req.sampling
+        if sampling:
+            for key in _SAMPLING_OUT:
+                if key in sampling:
+                    out[key] = sampling[key]
+        if "temperature" not in out and req.context is not None:
             temperature = _override(req.context, "temperature")
             if temperature is not None:
                 out["temperature"] = temperature
-        if "stop" in req.sampling:
-            out["stop"] = req.sampling["stop"]
-        cap = req.sampling.get("max_tokens", max_tokens)
+        if "stop" in sampling:
+            out["stop"] = sampling["stop"]
+        cap = sampling.get("max_tokens", max_tokens)
         if cap is not None:
             spelled = req.hints.get("max_key") if same else None
             out[spelled if isinstance(spelled, str) else "max_tokens"] = cap
@@ -275,20 +294,22 @@ class OpenAIDialect(SamplesFromPackage):
         role = message.get("role")
         reason = choice.get("finish_reason")
         extras = split_known(obj, _RESPONSE_KEYS)
-        extras["_choice"] = split_known(choice, frozenset({"message", "finish_reason"}))
-        if isinstance(obj.get("usage"), dict):
-            extras["_usage"] = obj["usage"]
+        extras["_choice"] = split_known(choice, _CHOICE_KEYS)
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            extras["_usage"] = usage
+        calls = message.get("tool_calls")
         return ChatResponse(
             messages=[AssistantMessage(
                 content=text,
                 role=role if isinstance(role, str) else "assistant",
-                tool_calls=_parse_tool_calls(message.get("tool_calls"),
-                                             "choices[0].message.tool_calls"),
+                tool_calls=[] if calls is None else _parse_tool_calls(
+                    calls, "choices[0].message.tool_calls"),
                 reasoning=_reasoning_of(message),
                 extras=split_known(message, _MESSAGE_KEYS),
             )],
-            finish_reason=_finish_in(reason) if isinstance(reason, str) else None,
-            usage=_usage(obj.get("usage")),
+            finish_reason=_FINISH_IN.get(reason, reason) if isinstance(reason, str) else None,
+            usage=_usage(usage),
             id=_str(obj.get("id")),
             created=_int(obj.get("created")),
             model=_str(obj.get("model")),
@@ -309,9 +330,11 @@ class OpenAIDialect(SamplesFromPackage):
         calls = resp.tool_calls
         text = resp.text
         message["content"] = text if text or not calls else None
-        reasoning = "".join(r.text for r in resp.reasoning)
-        if reasoning:
-            message["reasoning_content"] = reasoning
+        thoughts = resp.reasoning
+        if thoughts:
+            reasoning = "".join(r.text for r in thoughts)
+            if reasoning:
+                message["reasoning_content"] = reasoning
         if calls:
             message["tool_calls"] = [_render_call(c) for c in calls]
         reason = resp.finish_reason if same and resp.finish_reason else _finish_out(
@@ -368,6 +391,13 @@ class OpenAIDialect(SamplesFromPackage):
 def _parse_messages(obj: dict[str, JSON]) -> list[Message]:
     out: list[Message] = []
     for i, raw in enumerate(messages_of(obj)):
+        if isinstance(raw, dict) and len(raw) == 2:
+            # the common message, {role, content} both strings (a tool message needs its call's
+            # id): what the full reading below would make of it, without its lookups
+            role, content = raw.get("role"), raw.get("content")
+            if isinstance(role, str) and isinstance(content, str) and role != "tool":
+                out.append(Message(role, content))
+                continue
         where = f"messages[{i}]"
         m = expect_object(raw, where)
         role, parts = role_and_content(m, where, _parse_parts)
@@ -463,21 +493,31 @@ def _parts_text(content: JSON) -> str:
 
 
 def _render_message(m: Message, same: bool) -> dict[str, Any]:
-    wire: dict[str, Any] = {k: v for k, v in m.extras.items() if k != "_parts"} if same else {}
+    kept = m.extras
+    wire: dict[str, Any]
+    if not same or not kept:
+        wire = {}
+    elif "_parts" in kept:
+        wire = {k: v for k, v in kept.items() if k != "_parts"}
+    else:
+        wire = dict(kept)
     wire["role"] = m.role
-    if m.tool_calls and m.content == "" and "content" not in wire:
+    content = m.content
+    if m.tool_calls and content == "" and "content" not in wire:
         wire["content"] = None
-    elif not (same and m.content == "" and wire.get("content", "") is None):
-        wire["content"] = _render_parts(m.content, m.extras.get("_parts") if same else None)
+    elif not (same and content == "" and wire.get("content", "") is None):
+        wire["content"] = content if isinstance(content, str) else _render_parts(
+            content, kept.get("_parts") if same else None)
     if m.name is not None:
         wire["name"] = m.name
     if m.tool_calls:
         wire["tool_calls"] = [_render_call(c) for c in m.tool_calls]
     if m.tool_call_id is not None:
         wire["tool_call_id"] = m.tool_call_id
-    reasoning = "".join(r.text for r in m.reasoning)
-    if reasoning:
-        wire["reasoning_content"] = reasoning
+    if m.reasoning:
+        reasoning = "".join(r.text for r in m.reasoning)
+        if reasoning:
+            wire["reasoning_content"] = reasoning
     return wire
 
 
@@ -650,9 +690,11 @@ def _usage(v: JSON) -> Usage | None:
         return None
     prompt = v.get("prompt_tokens_details")
     completion = v.get("completion_tokens_details")
+    into, out = v.get("prompt_tokens"), v.get("completion_tokens")
     return Usage(
-        input_tokens=_int(v.get("prompt_tokens")),
-        output_tokens=_int(v.get("completion_tokens")),
+        # (_int, in place for the two counts every usage has: a plain int is one test)
+        input_tokens=into if into.__class__ is int else _int(into),
+        output_tokens=out if out.__class__ is int else _int(out),
         cached_input_tokens=_int(prompt.get("cached_tokens")) if isinstance(prompt, dict)
         else None,
         reasoning_tokens=_int(completion.get("reasoning_tokens"))
@@ -689,12 +731,13 @@ class _Decoder:
     def decode(self, payload: Any) -> list[StreamEvent]:
         if self._done or self._failed:
             return []
-        if isinstance(payload, RawData):
-            if payload.text.strip() == "[DONE]":
-                self._done = True
-                return [*self._end_calls(), StreamFinish(self._reason or "stop", self._usage)]
-            raise DialectError("an event's data is not JSON", "stream")
-        if not isinstance(payload, dict):
+        if not isinstance(payload, dict):  # (a RawData is a tuple)
+            if isinstance(payload, RawData):
+                if payload.text.strip() == "[DONE]":
+                    self._done = True
+                    return [*self._end_calls(), StreamFinish(self._reason or "stop",
+                                                             self._usage)]
+                raise DialectError("an event's data is not JSON", "stream")
             raise DialectError("a chunk must be an object", "stream")
         if payload.get("error") is not None:
             self._failed = True
@@ -716,7 +759,13 @@ class _Decoder:
             if isinstance(choice, dict):
                 delta = choice.get("delta")
                 if isinstance(delta, dict):
-                    self._delta(delta, events)
+                    text = delta.get("content")
+                    if len(delta) == 1 and text is not None:
+                        # a piece of text alone, nearly every chunk: what _delta makes of it
+                        if isinstance(text, str) and text:
+                            events.append(TextDelta(text))
+                    else:
+                        self._delta(delta, events)
                 reason = choice.get("finish_reason")
                 if isinstance(reason, str):
                     self._reason = _finish_in(reason)
@@ -778,6 +827,10 @@ class _Decoder:
 
 _PLAIN_TEXT_TAIL = b'"},"logprobs":null,"finish_reason":null}]}'
 """How :meth:`_Encoder._chunk` ends a text chunk's JSON, after its text."""
+_TEXT_HEAD = b',"choices":[{"index":0,"delta":{"content":'
+_TEXT_TAIL = b'},"logprobs":null,"finish_reason":null}]}'
+"""How :meth:`_Encoder._chunk` writes a text chunk around its text (a JSON string), after the
+prefix."""
 
 
 class _Encoder:
@@ -825,6 +878,12 @@ class _Encoder:
     def encode(self, event: StreamEvent) -> list[Payload]:
         if self._closed:
             return []
+        if event.__class__ is TextDelta and not self._first and event.agent == self._agent:
+            # a piece of text once the stream has begun, nearly every event: the bytes the
+            # TextDelta case below writes (_chunk of {"content": text})
+            self._spoke = True
+            return [b"".join((self._prefix, _TEXT_HEAD, orjson.dumps(event.text),
+                              _TEXT_TAIL))]
         match event:
             case StreamStart():
                 if self._first:

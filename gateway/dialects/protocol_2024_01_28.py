@@ -58,6 +58,7 @@ __all__ = ["Protocol20240128"]
 NAME = "protocol-2024-01-28"
 _REQUEST_KEYS = frozenset({"messages", "stream", "context", "session_state"})
 _RESPONSE_KEYS = frozenset({"choices", "id", "created", "model", "usage"})
+_CONTENT_KEY = frozenset({"content"})
 _CHOICE_KEYS = frozenset({"message", "context", "session_state", "finish_reason"})
 # The spec's recommended response context, empty: data_points "an object containing text and/or
 # image data chunks, a list in the text or images properties", thoughts "a list describing each
@@ -142,7 +143,7 @@ class Protocol20240128(SamplesFromPackage):
         return ChatResponse(
             messages=[AssistantMessage(
                 content=content or "",
-                extras=split_known(message, frozenset({"content"})),
+                extras=split_known(message, _CONTENT_KEY),
             )],
             context=choice.get("context"),
             session_state=choice.get("session_state", obj.get("session_state")),
@@ -262,6 +263,12 @@ class _Decoder:
         return [StreamFinish(self._reason or "stop", self._usage)]
 
 
+_TEXT_HEAD = b'{"choices":[{"delta":{"content":'
+_TEXT_TAIL = b'},"finish_reason":null,"index":0}]'
+"""How :meth:`_Encoder._wrap` writes a text chunk's choice around its text (a JSON string),
+before the tail."""
+
+
 class _Encoder:
     __slots__ = ("_agent", "_closed", "_first", "_model", "_spoke", "_tail")
 
@@ -319,6 +326,11 @@ class _Encoder:
     def encode(self, event: StreamEvent) -> list[Payload]:
         if self._closed:
             return []
+        if event.__class__ is TextDelta and not self._first and event.agent == self._agent:
+            # a piece of text once the stream has begun, nearly every event: the bytes the
+            # TextDelta case below writes (_wrap of its choice), with nothing to start
+            self._spoke = True
+            return [b"".join((_TEXT_HEAD, orjson.dumps(event.text), _TEXT_TAIL, self._tail))]
         match event:
             case StreamStart():
                 return self._start(event)

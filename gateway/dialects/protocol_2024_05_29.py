@@ -55,6 +55,7 @@ NAME = "protocol-2024-05-29"
 CAMEL, SNAKE = "sessionState", "session_state"
 _REQUEST_KEYS = frozenset({"messages", "context", CAMEL, SNAKE})
 _RESPONSE_KEYS = frozenset({"message", "context", CAMEL, SNAKE})
+_CONTENT_KEY = frozenset({"content"})
 # The reference frontend (azure-search-openai-demo, app/frontend/src/api/models.ts) types every
 # answer's context as {data_points: {text, images, citations}, followup_questions: string[] | null,
 # thoughts: Thought[]} and reads data_points and thoughts without a check; its backend sends a
@@ -147,7 +148,7 @@ class Protocol20240529(SamplesFromPackage):
             extras[key] = None
         return ChatResponse(
             messages=[AssistantMessage(
-                content=content or "", extras=split_known(message, frozenset({"content"})))],
+                content=content or "", extras=split_known(message, _CONTENT_KEY))],
             context=obj.get("context"),
             session_state=state,
             extras=extras,
@@ -200,6 +201,15 @@ class _Decoder:
             return []
         if not isinstance(payload, dict):
             raise DialectError("a chunk must be an object", "stream")
+        if self._started and len(payload) == 1 and "delta" in payload:
+            # a delta alone once the stream has begun, nearly every line: no error, context or
+            # state, so what the full reading below makes of it is its text
+            delta = payload["delta"]
+            if isinstance(delta, dict):
+                text = delta.get("content")
+                if isinstance(text, str) and text:
+                    return [TextDelta(text)]
+            return []
         if payload.get("error") is not None:
             self._ended = True
             return [StreamError(error_text(payload["error"]))]
@@ -266,6 +276,11 @@ class _Encoder:
     def encode(self, event: StreamEvent) -> list[Payload]:
         if self._closed:
             return []
+        if event.__class__ is TextDelta and not self._first and event.agent == self._agent:
+            # a piece of text once the stream has begun, nearly every event: the TextDelta
+            # case below, with nothing to start and no header to write
+            self._spoke = True
+            return [b'{"delta":{"content":' + orjson.dumps(event.text) + b"}}"]
         match event:
             case StreamStart():
                 return self._start(event)

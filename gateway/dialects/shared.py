@@ -60,6 +60,15 @@ def split_known(obj: dict[str, JSON], known: frozenset[str]) -> dict[str, JSON]:
     """The keys no canonical field names, plus known keys whose value is ``null`` (so that a
     same-dialect render gives back ``null`` where the wire had it, and nothing where it had
     nothing)."""
+    # (every object of every request and answer comes here: one with no null and at most one
+    # unknown key, the common shapes, is answered by set operations rather than a comprehension)
+    if None not in obj.values():
+        rest = obj.keys() - known
+        if not rest:
+            return {}
+        if len(rest) == 1:
+            (key,) = rest
+            return {key: obj[key]}
     return {k: v for k, v in obj.items() if k not in known or v is None}
 
 
@@ -71,10 +80,17 @@ def parse_messages(body: dict[str, JSON], *, name_key: str = "name",
     """The ``messages`` list every chat dialect has: ``role``, ``content`` (a string, or a list
     read by ``parse_content(list, where) -> list[Part]``; without it, text parts only),
     optional ``context`` and a name under ``name_key``."""
-    known = _MESSAGE_KEYS | {name_key}
+    known = _MESSAGE_KEYS if name_key == "name" else _MESSAGE_KEYS | {name_key}
     read_parts = parse_content or text_parts
     out: list[Message] = []
     for i, raw in enumerate(messages_of(body)):
+        if isinstance(raw, dict) and len(raw) == 2:
+            # the common message, {role, content} both strings: what the full reading below
+            # would make of it, without its lookups
+            role, content = raw.get("role"), raw.get("content")
+            if isinstance(role, str) and isinstance(content, str):
+                out.append(Message(role, content))
+                continue
         where = f"messages[{i}]"
         m = expect_object(raw, where)
         role, parsed = role_and_content(m, where, read_parts)

@@ -166,6 +166,9 @@ class _Key:
     match: dict[str, dict[str, _Node]] = field(default_factory=dict)
     prefix: dict[str, list[tuple[str, _Node]]] = field(default_factory=dict)
     """``key[k=v*]…``: the elements whose ``k`` starts with ``v``."""
+    elements: bool = False
+    """Whether anything is looked for in the elements (:attr:`each`, :attr:`match` or
+    :attr:`prefix`): one test per key rather than three."""
 
 
 @dataclass(frozen=True)
@@ -203,7 +206,9 @@ def _compile(fields: dict[str, Field]) -> _Node:
             if m is None:
                 at.plain = at.plain or _Node()
                 node = at.plain
-            elif m.group(2) is None:
+                continue
+            at.elements = True
+            if m.group(2) is None:
                 at.each = at.each or _Node()
                 node = at.each
             elif m.group(3).endswith("*"):
@@ -330,23 +335,26 @@ def _walk(node: _Node, obj: dict[str, JSON], found: dict[str, Field],
             if plain.keys:
                 _visit(plain, value, found)
             else:
-                for f in plain.fields:
-                    if f.path not in found and _present(value, f):
+                for f in plain.fields:  # (_present, in place: value is not None here)
+                    if f.path not in found and (
+                            f.default is _NO_DEFAULT or value != f.default) and (
+                            not f.no_loss or value not in f.no_loss):
                         found[f.path] = f
-        if at.each is None and not at.match and not at.prefix:
+        if not at.elements:
             continue
+        each, match, prefix = at.each, at.match, at.prefix
         for item in value if isinstance(value, list) else (value,):
             if item is None:
                 continue
-            if at.each is not None:
-                _visit(at.each, item, found)
-            if at.match and isinstance(item, dict):
-                for k, nodes in at.match.items():
+            if each is not None:
+                _visit(each, item, found)
+            if match and isinstance(item, dict):
+                for k, nodes in match.items():
                     sub = nodes.get(item.get(k))  # type: ignore[arg-type]
                     if sub is not None:
                         _visit(sub, item, found)
-            if at.prefix and isinstance(item, dict):
-                for k, pairs in at.prefix.items():
+            if prefix and isinstance(item, dict):
+                for k, pairs in prefix.items():
                     v = item.get(k)
                     if isinstance(v, str):
                         for start, sub in pairs:
@@ -363,9 +371,10 @@ def uses(table: FieldTable, body: JSON) -> list[Use]:
     extra: list[str] = []
     _walk(table._root, body, found, extra)
     out = [Use(p, f) for p, f in found.items()]
-    out.extend(Use(k[:_MAX_KEY], None) for k in extra[:_MAX_UNDOCUMENTED])
-    if len(extra) > _MAX_UNDOCUMENTED:
-        out.append(Use(UNDOCUMENTED, None))
+    if extra:
+        out.extend(Use(k[:_MAX_KEY], None) for k in extra[:_MAX_UNDOCUMENTED])
+        if len(extra) > _MAX_UNDOCUMENTED:
+            out.append(Use(UNDOCUMENTED, None))
     return out
 
 
