@@ -65,6 +65,7 @@ from gateway.framing import (
     Verbatim,
     closing,
     encoder_for,
+    frames_writer,
     named,
 )
 from gateway.framing.jsonlines import DEFAULT_MAX_LINE
@@ -445,8 +446,8 @@ class StreamTranslator:
     off as a clean finish.
     """
 
-    __slots__ = ("_cumulative", "_encoder", "_follow", "_frame", "_gate", "_identity", "_in",
-                 "_replay", "_req", "_same", "_spelled", "_started", "_tools", "chunks",
+    __slots__ = ("_cumulative", "_encoder", "_follow", "_frame", "_frames", "_gate", "_identity",
+                 "_in", "_replay", "_req", "_same", "_spelled", "_started", "_tools", "chunks",
                  "content_started", "done", "error", "finish_reason", "model", "text_chars",
                  "usage")
 
@@ -468,6 +469,8 @@ class StreamTranslator:
         self._frame: Callable[[Payload], bytes] = encoder_for(framing or client.framing)
         """``framing``: the one the client's request chose, when its dialect has two (Gemini's
         JSON array without ``alt=sse``)."""
+        self._frames: Callable[[list[Payload]], bytes] = frames_writer(self._frame)
+        """Frames a list of payloads at once, as :attr:`_frame` would each in turn."""
         self._gate = EventGate(client, policy) if EventGate.needed(upstream, client) else None
         self._tools = None if same else ToolRestorer.of(req, upstream, custom_tools)
         """The client's own names and shapes of tools the upstream's dialect has none for."""
@@ -717,8 +720,7 @@ class StreamTranslator:
                 self._catch_up()
             out.extend(self._encoder.encode(self.error))
         self.chunks += len(out)
-        frame = self._frame
-        return b"".join(frame(p) for p in out)
+        return self._frames(out)
 
 
 class StreamAssembler:

@@ -320,7 +320,6 @@ class FastStreamTranslator(StreamTranslator):
                 self.text_chars += run.chars
                 self.content_started = True
                 self.chunks += len(payloads)
-                frame = self._frame
-                return b"".join([frame(p) for p in payloads])
+                return self._frames(payloads)
         return self._events([TextDelta(t.decode()) for t in run.texts()])
 

@@ -14,9 +14,9 @@ import orjson
 
 from gateway.errors import FramingError
 from gateway.framing.jsonarray import JsonArrayReader, JsonArrayWriter
-from gateway.framing.jsonlines import DEFAULT_MAX_LINE, JsonLinesReader, encode_line
+from gateway.framing.jsonlines import DEFAULT_MAX_LINE, JsonLinesReader, encode_line, encode_lines
 from gateway.framing.named_event import Named
-from gateway.framing.sse import SSEEvent, SSEReader, encode_event
+from gateway.framing.sse import SSEEvent, SSEReader, encode_event, encode_events
 from gateway.framing.template import Slot, TemplateReader, TextPath, TextRun
 from gateway.framing.verbatim import Verbatim
 
@@ -35,6 +35,7 @@ __all__ = [
     "closing",
     "detect_framing",
     "encoder_for",
+    "frames_writer",
     "named",
     "slot_payload",
 ]
@@ -308,6 +309,16 @@ def encoder_for(framing: Framing) -> Callable[[Payload], bytes]:
     if framing == "jsonarray":
         return JsonArrayWriter()
     return encode_line if framing == "jsonlines" else encode_event
+
+
+def frames_writer(frame: Callable[[Payload], bytes]) -> Callable[[list[Payload]], bytes]:
+    """The function that frames a list of payloads as ``frame`` (from :func:`encoder_for`)
+    frames each in turn, joined: at once for lines and events."""
+    if frame is encode_line:
+        return encode_lines
+    if frame is encode_event:
+        return encode_events
+    return lambda payloads: b"".join([frame(p) for p in payloads])
 
 
 def closing(frame: Callable[[Payload], bytes]) -> bytes:
