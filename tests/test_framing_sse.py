@@ -476,3 +476,22 @@ def test_plain_events_take_the_fast_path_and_odd_ones_do_not() -> None:
     small.feed(b"data:1\n\n")
     assert small.plain_data(b"data:123\n\n") == [b"123"]
     assert small.plain_data(b"data: 12345\n\n") is None  # over the limit: feed() says so
+
+
+def test_short_data_that_is_not_json_reads_alike_in_every_stream() -> None:
+    """What one stream's ``[END]`` read as is kept for the next (no parse that fails again), and
+    reads the same, with a template or without; data that is not UTF-8 is not kept (decoded
+    with replacement, it may parse)."""
+    from gateway.framing import _NOT_JSON, RawData, Slot, reader_for
+    from gateway.framing.template import TemplateReader
+
+    for _ in range(2):
+        plain = reader_for("sse").feed(b'data: {"d":"a"}\n\ndata: [END]\n\n')
+        assert plain == [{"d": "a"}, RawData("[END]")]
+        templated = reader_for("sse", text=TemplateReader(("d",))).feed(
+            b'data: {"d":"a"}\n\ndata: [END]\n\ndata: {"d":"b"}\n\n')
+        assert [type(p) for p in templated] == [Slot, RawData, Slot]
+        assert templated[1] == RawData("[END]") and templated[2].text == "b"
+        assert _NOT_JSON[b"[END]"] == RawData("[END]")
+    assert reader_for("sse").feed(b'data: \xff"\n\n') == [RawData('\ufffd"')]
+    assert b'\xff"' not in _NOT_JSON

@@ -163,7 +163,10 @@ class _SSEPayloadReader:
 
     def _value(self, data: bytes, event: str) -> Any:
         """The payload of an event of the plain shapes, whose data is ``data``."""
-        if self._text is None:
+        if len(data) <= _SHORT and (known := _NOT_JSON.get(data)) is not None:
+            # (never a frame of a template either: those are JSON)
+            value: Any = known
+        elif self._text is None:
             value = _payload_of_bytes(data)
         else:
             try:
@@ -200,14 +203,27 @@ def _payload_of_bytes(data: bytes) -> Any:
         return _not_json(data)
 
 
+_SHORT = 32
+"""The longest data :data:`_NOT_JSON` keeps."""
+_NOT_JSON: dict[bytes, RawData] = {}
+"""Short event data found not to be JSON, and the text it reads as (a stream's closing
+``[DONE]``): each stream that ends so would otherwise pay a failed parse, whose exception costs
+more than a parse. What a stream sends that no other did (at most :data:`_NOT_JSON_KEPT` of them)
+is not kept."""
+_NOT_JSON_KEPT = 64
+
+
 def _not_json(data: bytes) -> Any:
     """What the general path makes of ``data``, which ``orjson.loads`` refused: its text, when
     it is UTF-8 (parsing it again would fail again: a stream's ``[DONE]`` pays one failed parse,
     not two), else the text decoded with replacement, which may then parse."""
     try:
-        return RawData(data.decode("utf-8"))
+        raw = RawData(data.decode("utf-8"))
     except UnicodeDecodeError:
         return _payload(data.decode("utf-8", "replace"))
+    if len(data) <= _SHORT and len(_NOT_JSON) < _NOT_JSON_KEPT:
+        _NOT_JSON[data] = raw  # (immutable: shared by the streams that send it)
+    return raw
 
 
 def detect_framing(head: bytes) -> Framing | None:
