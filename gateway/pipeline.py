@@ -62,6 +62,7 @@ from gateway.framing import (
     Payload,
     RawData,
     SniffingReader,
+    TextPath,
     Verbatim,
     closing,
     encoder_for,
@@ -72,6 +73,7 @@ from gateway.framing.jsonlines import DEFAULT_MAX_LINE
 from gateway.tool_shapes import ToolRestorer, restore_tools, shape_tools
 
 __all__ = [
+    "DialectPair",
     "ResponseAssembler",
     "StreamAssembler",
     "StreamDecoding",
@@ -295,6 +297,39 @@ def optional(obj: Any, name: str) -> Any:
     return getattr(obj, name, None) if has else None
 
 
+class DialectPair:
+    """What a stream from ``upstream`` to ``client`` needs of the two dialects that depends on
+    them alone, worked out once per pair (:meth:`of`) rather than once per stream."""
+
+    __slots__ = ("client", "counter_path", "gate", "named", "same", "text_path", "upstream")
+
+    def __init__(self, upstream: Dialect, client: Dialect) -> None:
+        self.upstream = upstream
+        self.client = client
+        self.same = upstream is client
+        self.named: bool = upstream.named_events
+        self.gate = EventGate.needed(upstream, client)
+        """The client's dialect cannot carry all that the upstream's may send."""
+        self.text_path: TextPath | None = optional(upstream, "text_path")
+        self.counter_path: TextPath | None = optional(upstream, "counter_path")
+        """Where the upstream's text frames hold their text, and their number (optional: see
+        :class:`gateway.dialects.base.Dialect`)."""
+
+    @staticmethod
+    def of(upstream: Dialect, client: Dialect) -> DialectPair:
+        key = (id(upstream), id(client))
+        pair = _PAIRS.get(key)
+        # (each pair holds its dialects: an id is never another dialect's while it is kept)
+        if pair is None or pair.upstream is not upstream or pair.client is not client:
+            if len(_PAIRS) >= 256:  # a few dialects in a gateway; built ones (tests) come and go
+                _PAIRS.clear()
+            pair = _PAIRS[key] = DialectPair(upstream, client)
+        return pair
+
+
+_PAIRS: dict[tuple[int, int], DialectPair] = {}
+
+
 class StreamDecoding:
     """Upstream stream bytes to canonical events: the framing reader, then the upstream dialect's
     decoder. Never raises for bad bytes: a framing or dialect error becomes a
@@ -455,9 +490,11 @@ class StreamTranslator:
         self, upstream: Dialect, client: Dialect, req: ChatRequest, *,
         max_size: int = DEFAULT_MAX_LINE, policy: Policies = "reject", scrub: Scrub | None = None,
         decoding: StreamDecoding | None = None, custom_tools: str = "native",
-        framing: Framing | None = None,
+        framing: Framing | None = None, pair: DialectPair | None = None,
     ) -> None:
-        same = upstream is client
+        if pair is None:
+            pair = DialectPair.of(upstream, client)
+        same = pair.same
         self._in = decoding if decoding is not None else StreamDecoding(
             upstream, max_size, scrub, verbatim=same)
         """``decoding``: given by a fast path; for an identity route it keeps the payloads'
@@ -471,7 +508,7 @@ class StreamTranslator:
         JSON array without ``alt=sse``)."""
         self._frames: Callable[[list[Payload]], bytes] = frames_writer(self._frame)
         """Frames a list of payloads at once, as :attr:`_frame` would each in turn."""
-        self._gate = EventGate(client, policy) if EventGate.needed(upstream, client) else None
+        self._gate = EventGate(client, policy) if pair.gate else None
         self._tools = None if same else ToolRestorer.of(req, upstream, custom_tools)
         """The client's own names and shapes of tools the upstream's dialect has none for."""
         # Same dialect both sides: the upstream's own payloads are passed on, unless the client

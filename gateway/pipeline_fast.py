@@ -33,6 +33,7 @@ from gateway.framing import Payload, Slot, SniffingReader, TextRun, named, slot_
 from gateway.framing.jsonlines import DEFAULT_MAX_LINE
 from gateway.framing.search import holds
 from gateway.pipeline import (
+    DialectPair,
     Scrub,
     StreamAssembler,
     StreamDecoding,
@@ -195,20 +196,18 @@ class FastStreamTranslator(StreamTranslator):
         max_size: int = DEFAULT_MAX_LINE, policy: Policies = "reject", scrub: Scrub | None = None,
         accelerators: frozenset[str] = ACCELERATORS, custom_tools: str = "native",
     ) -> None:
-        same = upstream is client
-        reader = template_reader(upstream, max_size, same) if "templates" in accelerators \
-            else None
-        decoding: StreamDecoding
-        if reader is not None:
-            decoding = TemplateDecoding(upstream, max_size, scrub, reader)
-        else:
-            reader = SniffingReader(max_size, named=upstream.named_events, verbatim=same)
-            decoding = StreamDecoding(upstream, max_size, scrub, reader=reader)
+        pair = DialectPair.of(upstream, client)
+        same = pair.same
+        path = pair.text_path if "templates" in accelerators else None
+        reader = SniffingReader(max_size, named=pair.named, text_path=path,
+                                counter_path=pair.counter_path, verbatim=same)
+        decoding = StreamDecoding(upstream, max_size, scrub, reader=reader) if path is None \
+            else TemplateDecoding(upstream, max_size, scrub, reader)
         self._reader = reader
         """Its :attr:`~gateway.framing.SniffingReader.whole` says whether a read may be
         forwarded as it came."""
         super().__init__(upstream, client, req, max_size=max_size, policy=policy, scrub=scrub,
-                         decoding=decoding, custom_tools=custom_tools)
+                         decoding=decoding, custom_tools=custom_tools, pair=pair)
         self._forward = "forward" in accelerators and same
         self._plain: Callable[[list[bytes]], list[Payload] | None] | None = optional(
             self._encoder, "plain_texts")
