@@ -67,7 +67,6 @@ from gateway.framing import (
     closing,
     encoder_for,
     frames_writer,
-    named,
 )
 from gateway.framing.jsonlines import DEFAULT_MAX_LINE
 from gateway.tool_shapes import ToolRestorer, restore_tools, shape_tools
@@ -651,7 +650,7 @@ class StreamTranslator:
         """The frame of a payload passed on as it came (:meth:`_writes_as_it_came`)."""
         raw: bytes = payload.raw
         inner = payload.payload
-        return self._frame(named(inner.event, raw) if type(inner) is Named else raw)
+        return self._frame(Named(inner.event, raw) if type(inner) is Named else raw)
 
     def _written_again(self, payload: Any) -> bytes:
         """The frame of a payload passed on whose bytes are not a frame: its value written
@@ -661,7 +660,7 @@ class StreamTranslator:
         if isinstance(payload, RawData):
             return self._frame(payload.text.encode())
         if isinstance(payload, Named):
-            return self._frame(named(payload.event, orjson.dumps(payload.data)))
+            return self._frame(Named(payload.event, orjson.dumps(payload.data)))
         return self._frame(orjson.dumps(payload))
 
     def _followed(self, payload: Any) -> Any:

@@ -29,7 +29,7 @@ from typing import Any
 from gateway.canonical import ChatRequest, StreamError, StreamEvent, StreamStart, TextDelta
 from gateway.carry import Policies
 from gateway.dialects import Dialect
-from gateway.framing import Payload, Slot, SniffingReader, TextRun, named, slot_payload
+from gateway.framing import Named, Payload, Slot, SniffingReader, TextRun, slot_payload
 from gateway.framing.jsonlines import DEFAULT_MAX_LINE
 from gateway.framing.search import holds
 from gateway.pipeline import (
@@ -161,7 +161,7 @@ class TemplateDecoding(StreamDecoding):
     def decode(self, payload: Any) -> list[StreamEvent]:
         if type(payload) is not Slot:
             self._text_alone = False
-            return super().decode(payload)
+            return StreamDecoding.decode(self, payload)  # (no super(): once a payload)
         self.events += 1
         if self._text_alone:
             if self._again is not None:
@@ -270,27 +270,27 @@ class FastStreamTranslator(StreamTranslator):
     def _writes_as_it_came(self, payload: Any) -> bool:
         if type(payload) is Slot:  # (its template's bytes hold no line end: a CR, at most)
             return not holds(payload.raw, b"\r")
-        return super()._writes_as_it_came(payload)
+        return StreamTranslator._writes_as_it_came(self, payload)
 
     def _as_it_came(self, payload: Any) -> bytes:
         if type(payload) is Slot:
             return self._frame(payload.raw if payload.event == "message"
-                               else named(payload.event, payload.raw))
+                               else Named(payload.event, payload.raw))
         if type(payload) is TextRun:  # its frames, which hold no CR (gateway.framing.template)
             return payload.data[payload.start:payload.end]
-        return super()._as_it_came(payload)
+        return StreamTranslator._as_it_came(self, payload)
 
     def _written_again(self, payload: Any) -> bytes:
         if type(payload) is Slot:
             payload = slot_payload(payload)
-        return super()._written_again(payload)
+        return StreamTranslator._written_again(self, payload)
 
     def _followed(self, payload: Any) -> Any:
         # A frame read by the template and never parsed goes as the Slot it is: the frame
         # followed last but for its text (and counter), as the dialect promised.
         if type(payload) is Slot and payload.value is not None:
             return slot_payload(payload)
-        return super()._followed(payload)
+        return StreamTranslator._followed(self, payload)
 
     def _ran(self, run: TextRun) -> None:
         """Identity mode: a run of text frames passed on, counted as :meth:`_pass_through`

@@ -61,7 +61,7 @@ def slot_payload(slot: Slot) -> Any:
     """What the reader would have returned for ``slot``'s frame had it parsed it: its value, as
     a :class:`Named` when its event has a name."""
     value = slot.parsed()
-    return value if slot.event == "message" else named(slot.event, value)
+    return value if slot.event == "message" else Named(slot.event, value)
 
 
 Payload: TypeAlias = bytes | Named
@@ -176,7 +176,7 @@ class _SSEPayloadReader:
             if type(value) is Slot:
                 return value
         if event != "message":
-            value = named(event, value)
+            value = Named(event, value)
         return Verbatim(value, data) if self._verbatim else value
 
     def _payloads(self, events: list[SSEEvent]) -> list[Any]:
@@ -184,7 +184,7 @@ class _SSEPayloadReader:
         for e in events:
             value = _payload(e.data)
             if self._named and e.event != "message":
-                value = named(e.event, value)
+                value = Named(e.event, value)
             out.append(Verbatim(value, e.data.encode()) if self._verbatim else value)
         return out
 
