@@ -109,6 +109,8 @@ class _SSEPayloadReader:
             plain = self._sse.plain_data(data)
             if plain is not None:
                 self.whole = self._sse.canonical
+                if self._text is None and not self._verbatim:  # (each value as it parses)
+                    return [_payload_of_bytes(d) for d in plain]
                 return [self._value(d, "message") for d in plain]
         # Lines of other kinds (comments, ids, data over several lines, CRs) or events cut
         # between reads: never the events written again.
@@ -163,11 +165,10 @@ class _SSEPayloadReader:
 
     def _value(self, data: bytes, event: str) -> Any:
         """The payload of an event of the plain shapes, whose data is ``data``."""
-        if len(data) <= _SHORT and (known := _NOT_JSON.get(data)) is not None:
-            # (never a frame of a template either: those are JSON)
-            value: Any = known
-        elif self._text is None:
+        if self._text is None:
             value = _payload_of_bytes(data)
+        elif len(data) <= _SHORT and (known := _NOT_JSON.get(data)) is not None:
+            value = known  # (never a frame of a template either: those are JSON)
         else:
             try:
                 value = self._text.read(data, event)
@@ -197,6 +198,8 @@ def _payload(data: str) -> Any:
 
 
 def _payload_of_bytes(data: bytes) -> Any:
+    if len(data) <= _SHORT and (known := _NOT_JSON.get(data)) is not None:
+        return known
     try:
         return orjson.loads(data)  # no detour through str for the common case
     except orjson.JSONDecodeError:
