@@ -495,3 +495,20 @@ def test_short_data_that_is_not_json_reads_alike_in_every_stream() -> None:
         assert _NOT_JSON[b"[END]"] == RawData("[END]")
     assert reader_for("sse").feed(b'data: \xff"\n\n') == [RawData('\ufffd"')]
     assert b'\xff"' not in _NOT_JSON
+
+
+def test_the_heads_of_named_events_are_kept_for_a_bounded_few_short_names() -> None:
+    """Each event's head (``event: name`` and ``data: ``) is what tells a read of whole events
+    written as the writer writes them; those of many names, or of long ones, are still right,
+    and not kept."""
+    from gateway.framing import _HEADS, Named, reader_for
+    from gateway.framing.template import TemplateReader
+
+    names = [f"n{k}" for k in range(100)] + ["x" * 5000]
+    text = TemplateReader(("d",))
+    text.runs = True
+    reader = reader_for("sse", named=True, text=text)
+    data = b"".join(encode_event(Named(n, b'{"e":1}')) for n in names)
+    assert reader.feed(data) == [Named(n, {"e": 1}) for n in names]
+    assert reader.whole
+    assert len(_HEADS) <= 64 and "x" * 5000 not in _HEADS

@@ -78,8 +78,20 @@ class PayloadReader(Protocol):
     def finish(self) -> list[Any]: ...
 
 
+_HEADS: dict[str, bytes] = {"message": b"data: "}
+"""The bytes before an event's data, by its name, as :func:`encode_event` writes them: kept for
+the names streams send (a few a dialect), built once rather than by every stream."""
+
+
+def _head(name: str) -> bytes:
+    head = b"event: " + name.encode() + b"\ndata: "
+    if len(_HEADS) < 64 and len(name) <= 64:  # (an upstream's names: a bounded few, short)
+        _HEADS[name] = head
+    return head
+
+
 class _SSEPayloadReader:
-    __slots__ = ("_heads", "_max", "_named", "_sse", "_text", "_verbatim", "whole")
+    __slots__ = ("_max", "_named", "_sse", "_text", "_verbatim", "whole")
 
     def __init__(self, max_size: int, named: bool, text: TemplateReader | None = None,
                  verbatim: bool = False) -> None:
@@ -90,8 +102,6 @@ class _SSEPayloadReader:
         """Reads an event of the plain shapes by the stream's template when it fits."""
         self._verbatim = verbatim
         """Each payload comes as a :class:`Verbatim` (a :class:`Slot` holds its bytes already)."""
-        self._heads: dict[str, bytes] = {}
-        """The bytes before an event's data, by its name, as :func:`encode_event` writes them."""
         self.whole = False
 
     def feed(self, data: bytes) -> list[Any]:
@@ -120,13 +130,6 @@ class _SSEPayloadReader:
     def finish(self) -> list[Any]:
         return self._payloads(self._sse.finish())
 
-    def _head(self, name: str) -> bytes:
-        head = self._heads.get(name)
-        if head is None:
-            head = self._heads[name] = (b"data: " if name == "message" else
-                                        b"event: " + name.encode() + b"\ndata: ")
-        return head
-
     def _with_runs(self, data: bytes, text: TemplateReader) -> list[Any] | None:
         """As the plain shapes' fast path, event by event, except that the events of the
         stream's template that follow a :class:`Slot` are read at once (a :class:`TextRun`).
@@ -149,7 +152,7 @@ class _SSEPayloadReader:
                 self.whole = False
                 return out
             name, payload, end = block
-            head = self._head(name)
+            head = _HEADS.get(name) or _head(name)
             canonical = canonical and data.startswith(head, at)
             at = end
             value = self._value(payload, name)
