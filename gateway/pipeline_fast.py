@@ -178,7 +178,8 @@ class TemplateDecoding(StreamDecoding):
         # A decoder that gives a message's first text with the message's id (AG-UI's first
         # content event) promises nothing of that frame: the template is kept, and its next
         # frame decoded in full to confirm.
-        starts = bool(events) and all(type(e) is StreamStart for e in events[:-1])
+        starts = bool(events) and (len(events) == 1
+                                   or all(type(e) is StreamStart for e in events[:-1]))
         self._text_alone = starts and _text_alone(events[-1], payload.text)
         if not self._text_alone and not (starts and _first_of_message(events[-1], payload.text)):
             self._reader.drop_template()
