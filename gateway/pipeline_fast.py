@@ -29,7 +29,15 @@ from typing import Any
 from gateway.canonical import ChatRequest, StreamError, StreamEvent, StreamStart, TextDelta
 from gateway.carry import Policies
 from gateway.dialects import Dialect
-from gateway.framing import Named, Payload, Slot, SniffingReader, TextRun, slot_payload
+from gateway.framing import (
+    Named,
+    Payload,
+    Slot,
+    SniffingReader,
+    TextRun,
+    Verbatim,
+    slot_payload,
+)
 from gateway.framing.jsonlines import DEFAULT_MAX_LINE
 from gateway.framing.search import holds
 from gateway.pipeline import (
@@ -161,7 +169,8 @@ class TemplateDecoding(StreamDecoding):
     def decode(self, payload: Any) -> list[StreamEvent]:
         if type(payload) is not Slot:
             self._text_alone = False
-            return StreamDecoding.decode(self, payload)  # (no super(): once a payload)
+            self.events += 1  # (StreamDecoding.decode, without a call more each payload)
+            return self._decoded(payload.payload if type(payload) is Verbatim else payload)
         self.events += 1
         if self._text_alone:
             if self._again is not None:
