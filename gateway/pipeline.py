@@ -62,15 +62,17 @@ from gateway.framing import (
     Payload,
     RawData,
     SniffingReader,
+    TextPath,
     Verbatim,
     closing,
     encoder_for,
-    named,
+    frames_writer,
 )
 from gateway.framing.jsonlines import DEFAULT_MAX_LINE
 from gateway.tool_shapes import ToolRestorer, restore_tools, shape_tools
 
 __all__ = [
+    "DialectPair",
     "ResponseAssembler",
     "StreamAssembler",
     "StreamDecoding",
@@ -294,6 +296,39 @@ def optional(obj: Any, name: str) -> Any:
     return getattr(obj, name, None) if has else None
 
 
+class DialectPair:
+    """What a stream from ``upstream`` to ``client`` needs of the two dialects that depends on
+    them alone, worked out once per pair (:meth:`of`) rather than once per stream."""
+
+    __slots__ = ("client", "counter_path", "gate", "named", "same", "text_path", "upstream")
+
+    def __init__(self, upstream: Dialect, client: Dialect) -> None:
+        self.upstream = upstream
+        self.client = client
+        self.same = upstream is client
+        self.named: bool = upstream.named_events
+        self.gate = EventGate.needed(upstream, client)
+        """The client's dialect cannot carry all that the upstream's may send."""
+        self.text_path: TextPath | None = optional(upstream, "text_path")
+        self.counter_path: TextPath | None = optional(upstream, "counter_path")
+        """Where the upstream's text frames hold their text, and their number (optional: see
+        :class:`gateway.dialects.base.Dialect`)."""
+
+    @staticmethod
+    def of(upstream: Dialect, client: Dialect) -> DialectPair:
+        key = (id(upstream), id(client))
+        pair = _PAIRS.get(key)
+        # (each pair holds its dialects: an id is never another dialect's while it is kept)
+        if pair is None or pair.upstream is not upstream or pair.client is not client:
+            if len(_PAIRS) >= 256:  # a few dialects in a gateway; built ones (tests) come and go
+                _PAIRS.clear()
+            pair = _PAIRS[key] = DialectPair(upstream, client)
+        return pair
+
+
+_PAIRS: dict[tuple[int, int], DialectPair] = {}
+
+
 class StreamDecoding:
     """Upstream stream bytes to canonical events: the framing reader, then the upstream dialect's
     decoder. Never raises for bad bytes: a framing or dialect error becomes a
@@ -445,8 +480,8 @@ class StreamTranslator:
     off as a clean finish.
     """
 
-    __slots__ = ("_cumulative", "_encoder", "_follow", "_frame", "_gate", "_identity", "_in",
-                 "_replay", "_req", "_same", "_spelled", "_started", "_tools", "chunks",
+    __slots__ = ("_cumulative", "_encoder", "_follow", "_frame", "_frames", "_gate", "_identity",
+                 "_in", "_replay", "_req", "_same", "_spelled", "_started", "_tools", "chunks",
                  "content_started", "done", "error", "finish_reason", "model", "text_chars",
                  "usage")
 
@@ -454,9 +489,11 @@ class StreamTranslator:
         self, upstream: Dialect, client: Dialect, req: ChatRequest, *,
         max_size: int = DEFAULT_MAX_LINE, policy: Policies = "reject", scrub: Scrub | None = None,
         decoding: StreamDecoding | None = None, custom_tools: str = "native",
-        framing: Framing | None = None,
+        framing: Framing | None = None, pair: DialectPair | None = None,
     ) -> None:
-        same = upstream is client
+        if pair is None:
+            pair = DialectPair.of(upstream, client)
+        same = pair.same
         self._in = decoding if decoding is not None else StreamDecoding(
             upstream, max_size, scrub, verbatim=same)
         """``decoding``: given by a fast path; for an identity route it keeps the payloads'
@@ -468,7 +505,9 @@ class StreamTranslator:
         self._frame: Callable[[Payload], bytes] = encoder_for(framing or client.framing)
         """``framing``: the one the client's request chose, when its dialect has two (Gemini's
         JSON array without ``alt=sse``)."""
-        self._gate = EventGate(client, policy) if EventGate.needed(upstream, client) else None
+        self._frames: Callable[[list[Payload]], bytes] = frames_writer(self._frame)
+        """Frames a list of payloads at once, as :attr:`_frame` would each in turn."""
+        self._gate = EventGate(client, policy) if pair.gate else None
         self._tools = None if same else ToolRestorer.of(req, upstream, custom_tools)
         """The client's own names and shapes of tools the upstream's dialect has none for."""
         # Same dialect both sides: the upstream's own payloads are passed on, unless the client
@@ -553,6 +592,14 @@ class StreamTranslator:
 
     def _translate(self, payloads: list[Any]) -> bytes:
         out: list[bytes] = []
+        if not self._identity and not self._same:  # (for good: the client's encoder writes)
+            decode = self._in.decode
+            for payload in payloads:
+                events = decode(payload)
+                out.append(self._events(events) if events else b"")  # as _payload does
+                if self.done:
+                    break
+            return b"".join(out)
         for payload in payloads:
             frame = self._payload(payload)
             out.append(self._as_it_came(payload) if frame is None else frame)
@@ -611,7 +658,7 @@ class StreamTranslator:
         """The frame of a payload passed on as it came (:meth:`_writes_as_it_came`)."""
         raw: bytes = payload.raw
         inner = payload.payload
-        return self._frame(named(inner.event, raw) if type(inner) is Named else raw)
+        return self._frame(Named(inner.event, raw) if type(inner) is Named else raw)
 
     def _written_again(self, payload: Any) -> bytes:
         """The frame of a payload passed on whose bytes are not a frame: its value written
@@ -621,7 +668,7 @@ class StreamTranslator:
         if isinstance(payload, RawData):
             return self._frame(payload.text.encode())
         if isinstance(payload, Named):
-            return self._frame(named(payload.event, orjson.dumps(payload.data)))
+            return self._frame(Named(payload.event, orjson.dumps(payload.data)))
         return self._frame(orjson.dumps(payload))
 
     def _followed(self, payload: Any) -> Any:
@@ -717,8 +764,7 @@ class StreamTranslator:
                 self._catch_up()
             out.extend(self._encoder.encode(self.error))
         self.chunks += len(out)
-        frame = self._frame
-        return b"".join(frame(p) for p in out)
+        return self._frames(out)
 
 
 class StreamAssembler:

@@ -29,10 +29,19 @@ from typing import Any
 from gateway.canonical import ChatRequest, StreamError, StreamEvent, StreamStart, TextDelta
 from gateway.carry import Policies
 from gateway.dialects import Dialect
-from gateway.framing import Payload, Slot, SniffingReader, TextRun, named, slot_payload
+from gateway.framing import (
+    Named,
+    Payload,
+    Slot,
+    SniffingReader,
+    TextRun,
+    Verbatim,
+    slot_payload,
+)
 from gateway.framing.jsonlines import DEFAULT_MAX_LINE
 from gateway.framing.search import holds
 from gateway.pipeline import (
+    DialectPair,
     Scrub,
     StreamAssembler,
     StreamDecoding,
@@ -160,7 +169,8 @@ class TemplateDecoding(StreamDecoding):
     def decode(self, payload: Any) -> list[StreamEvent]:
         if type(payload) is not Slot:
             self._text_alone = False
-            return super().decode(payload)
+            self.events += 1  # (StreamDecoding.decode, without a call more each payload)
+            return self._decoded(payload.payload if type(payload) is Verbatim else payload)
         self.events += 1
         if self._text_alone:
             if self._again is not None:
@@ -177,7 +187,8 @@ class TemplateDecoding(StreamDecoding):
         # A decoder that gives a message's first text with the message's id (AG-UI's first
         # content event) promises nothing of that frame: the template is kept, and its next
         # frame decoded in full to confirm.
-        starts = bool(events) and all(type(e) is StreamStart for e in events[:-1])
+        starts = bool(events) and (len(events) == 1
+                                   or all(type(e) is StreamStart for e in events[:-1]))
         self._text_alone = starts and _text_alone(events[-1], payload.text)
         if not self._text_alone and not (starts and _first_of_message(events[-1], payload.text)):
             self._reader.drop_template()
@@ -195,20 +206,18 @@ class FastStreamTranslator(StreamTranslator):
         max_size: int = DEFAULT_MAX_LINE, policy: Policies = "reject", scrub: Scrub | None = None,
         accelerators: frozenset[str] = ACCELERATORS, custom_tools: str = "native",
     ) -> None:
-        same = upstream is client
-        reader = template_reader(upstream, max_size, same) if "templates" in accelerators \
-            else None
-        decoding: StreamDecoding
-        if reader is not None:
-            decoding = TemplateDecoding(upstream, max_size, scrub, reader)
-        else:
-            reader = SniffingReader(max_size, named=upstream.named_events, verbatim=same)
-            decoding = StreamDecoding(upstream, max_size, scrub, reader=reader)
+        pair = DialectPair.of(upstream, client)
+        same = pair.same
+        path = pair.text_path if "templates" in accelerators else None
+        reader = SniffingReader(max_size, named=pair.named, text_path=path,
+                                counter_path=pair.counter_path, verbatim=same)
+        decoding = StreamDecoding(upstream, max_size, scrub, reader=reader) if path is None \
+            else TemplateDecoding(upstream, max_size, scrub, reader)
         self._reader = reader
         """Its :attr:`~gateway.framing.SniffingReader.whole` says whether a read may be
         forwarded as it came."""
         super().__init__(upstream, client, req, max_size=max_size, policy=policy, scrub=scrub,
-                         decoding=decoding, custom_tools=custom_tools)
+                         decoding=decoding, custom_tools=custom_tools, pair=pair)
         self._forward = "forward" in accelerators and same
         self._plain: Callable[[list[bytes]], list[Payload] | None] | None = optional(
             self._encoder, "plain_texts")
@@ -271,27 +280,27 @@ class FastStreamTranslator(StreamTranslator):
     def _writes_as_it_came(self, payload: Any) -> bool:
         if type(payload) is Slot:  # (its template's bytes hold no line end: a CR, at most)
             return not holds(payload.raw, b"\r")
-        return super()._writes_as_it_came(payload)
+        return StreamTranslator._writes_as_it_came(self, payload)
 
     def _as_it_came(self, payload: Any) -> bytes:
         if type(payload) is Slot:
             return self._frame(payload.raw if payload.event == "message"
-                               else named(payload.event, payload.raw))
+                               else Named(payload.event, payload.raw))
         if type(payload) is TextRun:  # its frames, which hold no CR (gateway.framing.template)
             return payload.data[payload.start:payload.end]
-        return super()._as_it_came(payload)
+        return StreamTranslator._as_it_came(self, payload)
 
     def _written_again(self, payload: Any) -> bytes:
         if type(payload) is Slot:
             payload = slot_payload(payload)
-        return super()._written_again(payload)
+        return StreamTranslator._written_again(self, payload)
 
     def _followed(self, payload: Any) -> Any:
         # A frame read by the template and never parsed goes as the Slot it is: the frame
         # followed last but for its text (and counter), as the dialect promised.
         if type(payload) is Slot and payload.value is not None:
             return slot_payload(payload)
-        return super()._followed(payload)
+        return StreamTranslator._followed(self, payload)
 
     def _ran(self, run: TextRun) -> None:
         """Identity mode: a run of text frames passed on, counted as :meth:`_pass_through`
@@ -320,7 +329,6 @@ class FastStreamTranslator(StreamTranslator):
                 self.text_chars += run.chars
                 self.content_started = True
                 self.chunks += len(payloads)
-                frame = self._frame
-                return b"".join([frame(p) for p in payloads])
+                return self._frames(payloads)
         return self._events([TextDelta(t.decode()) for t in run.texts()])
 

@@ -476,3 +476,39 @@ def test_plain_events_take_the_fast_path_and_odd_ones_do_not() -> None:
     small.feed(b"data:1\n\n")
     assert small.plain_data(b"data:123\n\n") == [b"123"]
     assert small.plain_data(b"data: 12345\n\n") is None  # over the limit: feed() says so
+
+
+def test_short_data_that_is_not_json_reads_alike_in_every_stream() -> None:
+    """What one stream's ``[END]`` read as is kept for the next (no parse that fails again), and
+    reads the same, with a template or without; data that is not UTF-8 is not kept (decoded
+    with replacement, it may parse)."""
+    from gateway.framing import _NOT_JSON, RawData, Slot, reader_for
+    from gateway.framing.template import TemplateReader
+
+    for _ in range(2):
+        plain = reader_for("sse").feed(b'data: {"d":"a"}\n\ndata: [END]\n\n')
+        assert plain == [{"d": "a"}, RawData("[END]")]
+        templated = reader_for("sse", text=TemplateReader(("d",))).feed(
+            b'data: {"d":"a"}\n\ndata: [END]\n\ndata: {"d":"b"}\n\n')
+        assert [type(p) for p in templated] == [Slot, RawData, Slot]
+        assert templated[1] == RawData("[END]") and templated[2].text == "b"
+        assert _NOT_JSON[b"[END]"] == RawData("[END]")
+    assert reader_for("sse").feed(b'data: \xff"\n\n') == [RawData('\ufffd"')]
+    assert b'\xff"' not in _NOT_JSON
+
+
+def test_the_heads_of_named_events_are_kept_for_a_bounded_few_short_names() -> None:
+    """Each event's head (``event: name`` and ``data: ``) is what tells a read of whole events
+    written as the writer writes them; those of many names, or of long ones, are still right,
+    and not kept."""
+    from gateway.framing import _HEADS, Named, reader_for
+    from gateway.framing.template import TemplateReader
+
+    names = [f"n{k}" for k in range(100)] + ["x" * 5000]
+    text = TemplateReader(("d",))
+    text.runs = True
+    reader = reader_for("sse", named=True, text=text)
+    data = b"".join(encode_event(Named(n, b'{"e":1}')) for n in names)
+    assert reader.feed(data) == [Named(n, {"e": 1}) for n in names]
+    assert reader.whole
+    assert len(_HEADS) <= 64 and "x" * 5000 not in _HEADS

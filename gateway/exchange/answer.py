@@ -240,14 +240,17 @@ class Answerer:
 
     async def _start_stream(self) -> ResponseSink:
         sink = self.sink
+        headers = {
+            "Content-Type": self.entry.stream_content_type,
+            "Cache-Control": "no-cache",
+            "X-Accel-Buffering": "no",
+        }
+        # a dialect whose clients look for a header of their protocol's (optional)
+        extra = optional(self.client, "stream_headers")
+        if extra:
+            headers.update(extra)
         try:
-            await sink.start(self._headers({
-                "Content-Type": self.entry.stream_content_type,
-                "Cache-Control": "no-cache",
-                "X-Accel-Buffering": "no",
-                # a dialect whose clients look for a header of their protocol's (optional)
-                **dict(optional(self.client, "stream_headers") or ()),
-            }))
+            await sink.start(self._headers(headers))
         except (ConnectionError, aiohttp.ClientConnectionResetError) as e:
             raise ClientGone from e
         self.progress.status = 200

@@ -14,9 +14,9 @@ import orjson
 
 from gateway.errors import FramingError
 from gateway.framing.jsonarray import JsonArrayReader, JsonArrayWriter
-from gateway.framing.jsonlines import DEFAULT_MAX_LINE, JsonLinesReader, encode_line
+from gateway.framing.jsonlines import DEFAULT_MAX_LINE, JsonLinesReader, encode_line, encode_lines
 from gateway.framing.named_event import Named
-from gateway.framing.sse import SSEEvent, SSEReader, encode_event
+from gateway.framing.sse import SSEEvent, SSEReader, encode_event, encode_events
 from gateway.framing.template import Slot, TemplateReader, TextPath, TextRun
 from gateway.framing.verbatim import Verbatim
 
@@ -35,6 +35,7 @@ __all__ = [
     "closing",
     "detect_framing",
     "encoder_for",
+    "frames_writer",
     "named",
     "slot_payload",
 ]
@@ -60,7 +61,7 @@ def slot_payload(slot: Slot) -> Any:
     """What the reader would have returned for ``slot``'s frame had it parsed it: its value, as
     a :class:`Named` when its event has a name."""
     value = slot.parsed()
-    return value if slot.event == "message" else named(slot.event, value)
+    return value if slot.event == "message" else Named(slot.event, value)
 
 
 Payload: TypeAlias = bytes | Named
@@ -77,8 +78,20 @@ class PayloadReader(Protocol):
     def finish(self) -> list[Any]: ...
 
 
+_HEADS: dict[str, bytes] = {"message": b"data: "}
+"""The bytes before an event's data, by its name, as :func:`encode_event` writes them: kept for
+the names streams send (a few a dialect), built once rather than by every stream."""
+
+
+def _head(name: str) -> bytes:
+    head = b"event: " + name.encode() + b"\ndata: "
+    if len(_HEADS) < 64 and len(name) <= 64:  # (an upstream's names: a bounded few, short)
+        _HEADS[name] = head
+    return head
+
+
 class _SSEPayloadReader:
-    __slots__ = ("_heads", "_max", "_named", "_sse", "_text", "_verbatim", "whole")
+    __slots__ = ("_max", "_named", "_sse", "_text", "_verbatim", "whole")
 
     def __init__(self, max_size: int, named: bool, text: TemplateReader | None = None,
                  verbatim: bool = False) -> None:
@@ -89,8 +102,6 @@ class _SSEPayloadReader:
         """Reads an event of the plain shapes by the stream's template when it fits."""
         self._verbatim = verbatim
         """Each payload comes as a :class:`Verbatim` (a :class:`Slot` holds its bytes already)."""
-        self._heads: dict[str, bytes] = {}
-        """The bytes before an event's data, by its name, as :func:`encode_event` writes them."""
         self.whole = False
 
     def feed(self, data: bytes) -> list[Any]:
@@ -108,6 +119,8 @@ class _SSEPayloadReader:
             plain = self._sse.plain_data(data)
             if plain is not None:
                 self.whole = self._sse.canonical
+                if self._text is None and not self._verbatim:  # (each value as it parses)
+                    return [_payload_of_bytes(d) for d in plain]
                 return [self._value(d, "message") for d in plain]
         # Lines of other kinds (comments, ids, data over several lines, CRs) or events cut
         # between reads: never the events written again.
@@ -116,13 +129,6 @@ class _SSEPayloadReader:
 
     def finish(self) -> list[Any]:
         return self._payloads(self._sse.finish())
-
-    def _head(self, name: str) -> bytes:
-        head = self._heads.get(name)
-        if head is None:
-            head = self._heads[name] = (b"data: " if name == "message" else
-                                        b"event: " + name.encode() + b"\ndata: ")
-        return head
 
     def _with_runs(self, data: bytes, text: TemplateReader) -> list[Any] | None:
         """As the plain shapes' fast path, event by event, except that the events of the
@@ -146,7 +152,7 @@ class _SSEPayloadReader:
                 self.whole = False
                 return out
             name, payload, end = block
-            head = self._head(name)
+            head = _HEADS.get(name) or _head(name)
             canonical = canonical and data.startswith(head, at)
             at = end
             value = self._value(payload, name)
@@ -164,6 +170,8 @@ class _SSEPayloadReader:
         """The payload of an event of the plain shapes, whose data is ``data``."""
         if self._text is None:
             value = _payload_of_bytes(data)
+        elif len(data) <= _SHORT and (known := _NOT_JSON.get(data)) is not None:
+            value = known  # (never a frame of a template either: those are JSON)
         else:
             try:
                 value = self._text.read(data, event)
@@ -172,7 +180,7 @@ class _SSEPayloadReader:
             if type(value) is Slot:
                 return value
         if event != "message":
-            value = named(event, value)
+            value = Named(event, value)
         return Verbatim(value, data) if self._verbatim else value
 
     def _payloads(self, events: list[SSEEvent]) -> list[Any]:
@@ -180,7 +188,7 @@ class _SSEPayloadReader:
         for e in events:
             value = _payload(e.data)
             if self._named and e.event != "message":
-                value = named(e.event, value)
+                value = Named(e.event, value)
             out.append(Verbatim(value, e.data.encode()) if self._verbatim else value)
         return out
 
@@ -193,10 +201,22 @@ def _payload(data: str) -> Any:
 
 
 def _payload_of_bytes(data: bytes) -> Any:
+    if len(data) <= _SHORT and (known := _NOT_JSON.get(data)) is not None:
+        return known
     try:
         return orjson.loads(data)  # no detour through str for the common case
     except orjson.JSONDecodeError:
         return _not_json(data)
+
+
+_SHORT = 32
+"""The longest data :data:`_NOT_JSON` keeps."""
+_NOT_JSON: dict[bytes, RawData] = {}
+"""Short event data found not to be JSON, and the text it reads as (a stream's closing
+``[DONE]``): each stream that ends so would otherwise pay a failed parse, whose exception costs
+more than a parse. What a stream sends that no other did (at most :data:`_NOT_JSON_KEPT` of them)
+is not kept."""
+_NOT_JSON_KEPT = 64
 
 
 def _not_json(data: bytes) -> Any:
@@ -204,9 +224,12 @@ def _not_json(data: bytes) -> Any:
     it is UTF-8 (parsing it again would fail again: a stream's ``[DONE]`` pays one failed parse,
     not two), else the text decoded with replacement, which may then parse."""
     try:
-        return RawData(data.decode("utf-8"))
+        raw = RawData(data.decode("utf-8"))
     except UnicodeDecodeError:
         return _payload(data.decode("utf-8", "replace"))
+    if len(data) <= _SHORT and len(_NOT_JSON) < _NOT_JSON_KEPT:
+        _NOT_JSON[data] = raw  # (immutable: shared by the streams that send it)
+    return raw
 
 
 def detect_framing(head: bytes) -> Framing | None:
@@ -308,6 +331,16 @@ def encoder_for(framing: Framing) -> Callable[[Payload], bytes]:
     if framing == "jsonarray":
         return JsonArrayWriter()
     return encode_line if framing == "jsonlines" else encode_event
+
+
+def frames_writer(frame: Callable[[Payload], bytes]) -> Callable[[list[Payload]], bytes]:
+    """The function that frames a list of payloads as ``frame`` (from :func:`encoder_for`)
+    frames each in turn, joined: at once for lines and events."""
+    if frame is encode_line:
+        return encode_lines
+    if frame is encode_event:
+        return encode_events
+    return lambda payloads: b"".join([frame(p) for p in payloads])
 
 
 def closing(frame: Callable[[Payload], bytes]) -> bytes:

@@ -313,21 +313,6 @@ def _at(value: Any, path: TextPath) -> Any:
     return value
 
 
-def _put(value: Any, path: TextPath, text: Any) -> bool:
-    """Sets the value at ``path`` (which :func:`_at` found) to ``text``."""
-    if not path:
-        return False
-    parent = _at(value, path[:-1])
-    key = path[-1]
-    if isinstance(key, str) and isinstance(parent, dict):
-        parent[key] = text
-        return True
-    if isinstance(key, int) and isinstance(parent, list):
-        parent[key] = text
-        return True
-    return False
-
-
 def _counter_spots(raw: bytes, digits: bytes, skip: tuple[int, int]) -> list[int]:
     """Where ``digits`` occur in ``raw`` as a whole number token (outside ``skip``, the text's
     own bytes): the places a counter of that value may be."""
@@ -380,24 +365,31 @@ def learn(raw: bytes, value: Any, path: TextPath, text: str, event: str,
 
 def _same_but(value: Any, probed: bytes, changes: tuple[tuple[TextPath, Any, Any], ...]) -> bool:
     """``probed`` parses to ``value`` with each change's path holding its new value instead of
-    its old, and nothing else changed (``value`` is left as it was)."""
+    its old, and nothing else changed. Each path ends at a leaf of ``value`` (a string, a
+    number), so no path runs through another: ``probed``'s value, holding each new value where
+    ``value`` holds the old, with the old put back there, is ``value`` (which is left as it
+    was: only the parsed copy is changed)."""
     try:
         substituted = orjson.loads(probed)
     except orjson.JSONDecodeError:
         return False
-    done: list[tuple[TextPath, Any]] = []
     try:
         for path, old, new in changes:
-            if not _put(value, path, new):
+            if not path:
                 return False
-            done.append((path, old))
+            parent = _at(substituted, path[:-1])
+            key = path[-1]
+            if isinstance(key, str):
+                if not isinstance(parent, dict) or key not in parent:
+                    return False
+            elif not isinstance(parent, list) or not -len(parent) <= key < len(parent):
+                return False
+            if parent[key] != new:
+                return False
+            parent[key] = old
         return bool(substituted == value)
     except RecursionError:  # a value nested deeper than comparing can walk: no template
         return False
-    finally:
-        done.reverse()
-        for put in done:
-            _put(value, put[0], put[1])
 
 
 class TemplateReader:
