@@ -1272,14 +1272,15 @@ class _Decoder:
                 events.append(TextDelta(text))
         counts = obj.get("usageMetadata")
         if type(counts) is dict:
-            if "_" in "".join(counts):
+            if not counts.keys() <= _COUNT_KEYS and "_" in "".join(counts):
                 counts = _obj(counts, "usageMetadata")
             get = counts.get
             # (what makes _usage_in's value not None, read when the finish needs it)
             if type(get("candidatesTokenCount")) is int or type(get("promptTokenCount")) is int \
                     or type(get("thoughtsTokenCount")) is int:
                 self._counts = counts
-        self._finish(candidate, events)
+        if "finishReason" in candidate:
+            self._finish(candidate, events)
         return events
 
     def end(self) -> list[StreamEvent]:
@@ -1295,6 +1296,12 @@ _PLAIN_KEYS = frozenset({"candidates", "usageMetadata", "modelVersion", "respons
 snake_case key to camel-case)."""
 _PLAIN_CANDIDATE_KEYS = frozenset({"content", "index", "finishReason"})
 _PLAIN_CONTENT_KEYS = frozenset({"parts", "role"})
+_COUNT_KEYS = frozenset({
+    "promptTokenCount", "candidatesTokenCount", "totalTokenCount", "thoughtsTokenCount",
+    "cachedContentTokenCount", "toolUsePromptTokenCount", "promptTokensDetails",
+    "candidatesTokensDetails", "cacheTokensDetails", "toolUsePromptTokensDetails",
+    "trafficType"})
+"""``usageMetadata``'s keys (UsageMetadata in the API reference), none to camel-case."""
 
 _TEXT_HEAD = b'{"candidates":[{"content":{"parts":[{"text":"'
 """How :meth:`_Encoder._chunk` starts a text chunk's JSON, before its text."""
