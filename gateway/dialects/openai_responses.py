@@ -88,7 +88,7 @@ from gateway.dialects.base import (
 from gateway.dialects.shared import openai_output_format, parse_openai_output_format
 from gateway.dialects.stored import References, StoredAnswer, StoredResponses
 from gateway.errors import DialectError
-from gateway.framing import Framing, Named, Payload, RawData, Slot, TextPath, TextRun, named
+from gateway.framing import Framing, Named, Payload, RawData, Slot, TextPath, TextRun
 
 __all__ = ["OpenAIResponsesDialect"]
 
@@ -1649,7 +1649,7 @@ class _Encoder:
         writes, without building that dict (the response shells are large)."""
         seq = self._seq
         self._seq = seq + 1
-        return named(kind, b"".join((b'{"type":"', kind.encode(), b'","sequence_number":',
+        return Named(kind, b"".join((b'{"type":"', kind.encode(), b'","sequence_number":',
                                      str(seq).encode(), b",", body[1:])))
 
     def _response(self, status: str, **fields: Any) -> dict[str, Any]:
@@ -1665,6 +1665,18 @@ class _Encoder:
     # - events -
 
     def encode(self, event: StreamEvent) -> list[Payload]:
+        item = self._open
+        if type(event) is TextDelta and item is not None and self._reasoning is None \
+                and event.agent == self._agent and event.text and not self._closed:
+            # Nearly every event: a delta of the message open, as _text writes it.
+            text = event.text
+            self._spoke = True
+            item.chunks.append(text)
+            seq = self._seq
+            self._seq = seq + 1
+            return [Named(_TEXT_DELTA, b"".join((
+                _TEXT_DELTA_HEAD, str(seq).encode(), item.text_delta_at(), orjson.dumps(text),
+                _TEXT_DELTA_TAIL)))]
         if self._closed:
             return []
         out = self._start(event if isinstance(event, StreamStart) else None)
@@ -1753,7 +1765,7 @@ class _Encoder:
         # self._event would write for the same fields, without building the dict each time).
         seq = self._seq
         self._seq = seq + 1
-        out.append(named(_TEXT_DELTA, b"".join((
+        out.append(Named(_TEXT_DELTA, b"".join((
             _TEXT_DELTA_HEAD, str(seq).encode(), item.text_delta_at(), orjson.dumps(text),
             _TEXT_DELTA_TAIL))))
 
@@ -1772,7 +1784,7 @@ class _Encoder:
         out: list[Payload] = []
         for t in texts:
             chunks.append(t.decode())
-            out.append(named(_TEXT_DELTA, b"".join((
+            out.append(Named(_TEXT_DELTA, b"".join((
                 _TEXT_DELTA_HEAD, str(seq).encode(), at, b'"', t, b'"', _TEXT_DELTA_TAIL))))
             seq += 1
         return out
