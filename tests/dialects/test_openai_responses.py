@@ -418,6 +418,22 @@ def test_encode_length_is_an_incomplete_response() -> None:
     assert events[-2]["item"]["status"] == "incomplete"
 
 
+def test_the_decoder_passes_over_only_the_events_it_has_no_case_for() -> None:
+    """``_READ_EVENTS`` lets through to the decoder's match exactly the types it has a case
+    for: a case that it left out would never run."""
+    import ast
+    import inspect
+    import textwrap
+
+    from gateway.dialects import openai_responses as module
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(module._Decoder._event)))
+    cased = {node.value for match in ast.walk(tree) if isinstance(match, ast.Match)
+             for case in match.cases for node in ast.walk(case.pattern)
+             if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+    assert cased == module._READ_EVENTS
+
+
 def test_text_deltas_are_the_documented_event_whatever_comes_between() -> None:
     """Each text delta is the JSON of ResponseTextDeltaEvent's fields for it, numbered on,
     under the message open (a new one after reasoning), its text escaped as JSON; an empty
