@@ -406,7 +406,6 @@ def _parse_model_turn(parts: list[dict[str, JSON]], where: str, calls: _Calls,
     tool_calls: list[ToolCall] = []
     reasoning: list[Reasoning] = []
     for i, p in enumerate(parts):
-        at = f"{where}.parts[{i}]"
         signature = _str(p.get("thoughtSignature"))
         if p.get("thought") is True:
             reasoning.append(_reasoning_of(_str(p.get("text")) or "", signature))
@@ -414,6 +413,7 @@ def _parse_model_turn(parts: list[dict[str, JSON]], where: str, calls: _Calls,
         if signature is not None:  # a signature on the part it belongs with
             reasoning.append(_reasoning_of("", signature))
         if "functionCall" in p:
+            at = f"{where}.parts[{i}]"
             fc = _obj(p["functionCall"], f"{at}.functionCall")
             name = fc.get("name")
             if not isinstance(name, str):
