@@ -102,6 +102,8 @@ _SHARED: dict[str, type] = {
     "service_tier": str, "metadata": dict}
 """Fields Chat Completions has too, same name and meaning: canonical sampling keys of the same
 name, with the type they must have (``text.verbosity`` is its ``verbosity``, read apart)."""
+_RENDERED_SAMPLING = ("temperature", "top_p", "user", *_SHARED)
+"""The canonical sampling keys a request gives on under their own name."""
 _SAMPLING_KEYS = frozenset({"temperature", "top_p", "user", "max_output_tokens", *_SHARED})
 """What :func:`_parse_sampling` reads."""
 _REQUEST_KEYS = frozenset({
@@ -160,6 +162,8 @@ def _str(v: JSON) -> str | None:
 
 
 def _int(v: JSON) -> int | None:
+    if type(v) is int:  # (nearly every value: a JSON integer, which no bool is)
+        return v
     if isinstance(v, bool):
         return None
     if isinstance(v, int):
@@ -171,7 +175,7 @@ def _int(v: JSON) -> int | None:
 
 def _public(extras: dict[str, JSON]) -> dict[str, JSON]:
     """A same-dialect object's kept keys, without the private ones this module adds."""
-    return {k: v for k, v in extras.items() if not k.startswith("_")}
+    return {k: v for k, v in extras.items() if k[:1] != "_"}  # (k[:1]: no method call)
 
 
 class OpenAIResponsesDialect(SamplesFromPackage):
@@ -297,7 +301,7 @@ class OpenAIResponsesDialect(SamplesFromPackage):
             out["input"] = only.content
         else:
             out["input"] = _render_items(messages, same)
-        for key in ("temperature", "top_p", "user", *_SHARED):
+        for key in _RENDERED_SAMPLING:
             if key in req.sampling:
                 out[key] = req.sampling[key]
         cap = req.sampling.get("max_tokens", max_tokens)
@@ -1556,6 +1560,11 @@ _DELTA_EVENT = ("response.function_call_arguments.delta", "response.custom_tool_
 """A call's delta event, by whether it is a freeform call's."""
 
 
+_FOLLOWED_DELTAS = frozenset({"response.output_text.delta",
+                              "response.reasoning_summary_text.delta", *_DELTA_EVENT})
+"""The delta events whose text an encoder that follows a stream keeps (:meth:`_Encoder.follow`)."""
+
+
 def _is_custom(item: _Item) -> bool:
     return item.call is not None and item.call.kind == "custom"
 
@@ -2016,8 +2025,7 @@ class _Encoder:
         if followed is None:
             return
         delta = p.get("delta")
-        if kind in ("response.output_text.delta", "response.reasoning_summary_text.delta",
-                    *_DELTA_EVENT) and isinstance(delta, str):
+        if kind in _FOLLOWED_DELTAS and isinstance(delta, str):
             followed.chunks.append(delta)
             if kind == "response.output_text.delta":
                 self._followed_text = followed
