@@ -406,7 +406,6 @@ def _parse_model_turn(parts: list[dict[str, JSON]], where: str, calls: _Calls,
     tool_calls: list[ToolCall] = []
     reasoning: list[Reasoning] = []
     for i, p in enumerate(parts):
-        at = f"{where}.parts[{i}]"
         signature = _str(p.get("thoughtSignature"))
         if p.get("thought") is True:
             reasoning.append(_reasoning_of(_str(p.get("text")) or "", signature))
@@ -414,6 +413,7 @@ def _parse_model_turn(parts: list[dict[str, JSON]], where: str, calls: _Calls,
         if signature is not None:  # a signature on the part it belongs with
             reasoning.append(_reasoning_of("", signature))
         if "functionCall" in p:
+            at = f"{where}.parts[{i}]"
             fc = _obj(p["functionCall"], f"{at}.functionCall")
             name = fc.get("name")
             if not isinstance(name, str):
@@ -1153,7 +1153,7 @@ class _Decoder:
     function call comes whole. The event that carries ``finishReason`` (or a blocked prompt)
     finishes the stream."""
 
-    __slots__ = ("_calls", "_finished", "_id", "_started", "_usage")
+    __slots__ = ("_calls", "_counts", "_finished", "_id", "_started", "_usage")
 
     def __init__(self) -> None:
         self._id: str | None = None
@@ -1161,8 +1161,23 @@ class _Decoder:
         self._finished = False
         self._calls = 0
         self._usage: Usage | None = None
+        self._counts: dict[str, JSON] | None = None
+        """The last ``usageMetadata`` that counts anything, not yet read into :attr:`_usage`:
+        every event carries the counts so far, and only the finish gives them on."""
+
+    def _usage_so_far(self) -> Usage | None:
+        counts = self._counts
+        if counts is not None:
+            self._counts = None
+            self._usage = _usage_in(counts)
+        return self._usage
 
     def decode(self, payload: Any) -> list[StreamEvent]:
+        # Nearly every event after the first: text parts alone, under the API's own keys.
+        if self._started and type(payload) is dict and payload.keys() <= _PLAIN_KEYS:
+            plain = self._plain(payload)
+            if plain is not None:
+                return plain
         if isinstance(payload, RawData):
             raise DialectError(f"a stream event is not JSON: {payload.text[:60]!r}")
         obj = _obj(payload, "")
@@ -1178,12 +1193,13 @@ class _Decoder:
                                       model=_str(obj.get("modelVersion"))))
         usage = _usage_in(_sub(obj, "usageMetadata"))
         if usage is not None:
+            self._counts = None
             self._usage = usage
         candidate = _candidate(obj)
         if candidate is None:
             if _blocked(obj) is not None:
                 self._finished = True
-                events.append(StreamFinish("content_filter", self._usage))
+                events.append(StreamFinish("content_filter", self._usage_so_far()))
             return events
         content = _sub(candidate, "content")
         parts = _parse_parts(content.get("parts", []), "candidates[0].content.parts") \
@@ -1219,13 +1235,52 @@ class _Decoder:
             else:
                 raise DialectError("a streamed part this gateway cannot pass on",
                                    f"candidates[0].content.parts[{i}]")
+        self._finish(candidate, events)
+        return events
+
+    def _finish(self, candidate: dict[str, JSON], events: list[StreamEvent]) -> None:
         finish = _str(candidate.get("finishReason"))
         if finish is not None:
             reason = _finish_in(finish)
             if reason == "stop" and self._calls:
                 reason = "tool_calls"
             self._finished = True
-            events.append(StreamFinish(reason, self._usage))
+            events.append(StreamFinish(reason, self._usage_so_far()))
+
+    def _plain(self, obj: dict[str, Any]) -> list[StreamEvent] | None:
+        """The events of an event of the common shape (its keys checked by the caller): a
+        candidate of text parts alone, the counts so far, perhaps the finish reason; what
+        :meth:`decode`'s general path gives for it. ``None`` (nothing changed) for any other
+        shape, which that path reads."""
+        candidates = obj.get("candidates")
+        if type(candidates) is not list or not candidates:
+            return None
+        candidate = candidates[0]
+        if type(candidate) is not dict or not candidate.keys() <= _PLAIN_CANDIDATE_KEYS:
+            return None
+        content = candidate.get("content")
+        if type(content) is not dict or not content.keys() <= _PLAIN_CONTENT_KEYS:
+            return None
+        parts = content.get("parts")
+        if type(parts) is not list:
+            return None
+        events: list[StreamEvent] = []
+        for p in parts:
+            if type(p) is not dict or len(p) != 1 or type(text := p.get("text")) is not str:
+                return None
+            if text:
+                events.append(TextDelta(text))
+        counts = obj.get("usageMetadata")
+        if type(counts) is dict:
+            if not counts.keys() <= _COUNT_KEYS and "_" in "".join(counts):
+                counts = _obj(counts, "usageMetadata")
+            get = counts.get
+            # (what makes _usage_in's value not None, read when the finish needs it)
+            if type(get("candidatesTokenCount")) is int or type(get("promptTokenCount")) is int \
+                    or type(get("thoughtsTokenCount")) is int:
+                self._counts = counts
+        if "finishReason" in candidate:
+            self._finish(candidate, events)
         return events
 
     def end(self) -> list[StreamEvent]:
@@ -1236,8 +1291,22 @@ class _Decoder:
         return [StreamError("the upstream stream ended before its finish reason")]
 
 
+_PLAIN_KEYS = frozenset({"candidates", "usageMetadata", "modelVersion", "responseId"})
+"""The keys of a stream event :meth:`_Decoder._plain` reads (no error, no blocked prompt, no
+snake_case key to camel-case)."""
+_PLAIN_CANDIDATE_KEYS = frozenset({"content", "index", "finishReason"})
+_PLAIN_CONTENT_KEYS = frozenset({"parts", "role"})
+_COUNT_KEYS = frozenset({
+    "promptTokenCount", "candidatesTokenCount", "totalTokenCount", "thoughtsTokenCount",
+    "cachedContentTokenCount", "toolUsePromptTokenCount", "promptTokensDetails",
+    "candidatesTokensDetails", "cacheTokensDetails", "toolUsePromptTokensDetails",
+    "trafficType"})
+"""``usageMetadata``'s keys (UsageMetadata in the API reference), none to camel-case."""
+
 _TEXT_HEAD = b'{"candidates":[{"content":{"parts":[{"text":"'
 """How :meth:`_Encoder._chunk` starts a text chunk's JSON, before its text."""
+_TEXT_OPEN = _TEXT_HEAD[:-1]
+"""The same, before its text's opening quote."""
 
 
 class _Encoder:
@@ -1258,8 +1327,8 @@ class _Encoder:
         self._signature: str | None = None
         """A signature that belongs with the next part written."""
         self._tail: bytes | None = None
-        """What follows the text of a text chunk (:meth:`plain_texts`), once written: it holds
-        the model and the id, which only the start changes."""
+        """What follows the closing quote of a text chunk's text (:meth:`plain_texts`), once
+        written: it holds the model and the id, which only the start changes."""
 
     def _chunk(self, parts: list[dict[str, JSON]], extra: dict[str, JSON] | None = None,
                usage: dict[str, JSON] | None = None) -> bytes:
@@ -1282,11 +1351,13 @@ class _Encoder:
         if self._agent is not None or self._signature is not None:
             return None
         self._spoke = True
-        tail = self._tail
-        if tail is None:
-            # (cut from a chunk _chunk writes, so that the two never differ)
-            tail = self._tail = self._chunk([{"text": ""}])[len(_TEXT_HEAD):]
-        return [b"".join((_TEXT_HEAD, t, tail)) for t in texts]
+        tail = self._tail or self._text_tail()
+        return [b"".join((_TEXT_HEAD, t, b'"', tail)) for t in texts]
+
+    def _text_tail(self) -> bytes:
+        # (cut from a chunk _chunk writes, so that the two never differ)
+        tail = self._tail = self._chunk([{"text": ""}])[len(_TEXT_HEAD) + 1:]
+        return tail
 
     def _signed(self, part: dict[str, JSON]) -> dict[str, JSON]:
         if self._signature is not None:
@@ -1295,6 +1366,12 @@ class _Encoder:
         return part
 
     def encode(self, event: StreamEvent) -> list[Payload]:
+        if type(event) is TextDelta and event.agent is None and self._agent is None \
+                and self._signature is None:
+            # Nearly every event: the chunk _chunk writes for it, its text put in the template.
+            self._spoke = True
+            return [b"".join((_TEXT_OPEN, orjson.dumps(event.text), self._tail
+                              or self._text_tail()))]
         match event:
             case StreamStart():
                 if event.id:

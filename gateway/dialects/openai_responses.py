@@ -88,7 +88,7 @@ from gateway.dialects.base import (
 from gateway.dialects.shared import openai_output_format, parse_openai_output_format
 from gateway.dialects.stored import References, StoredAnswer, StoredResponses
 from gateway.errors import DialectError
-from gateway.framing import Framing, Named, Payload, RawData, Slot, TextPath, TextRun, named
+from gateway.framing import Framing, Named, Payload, RawData, Slot, TextPath, TextRun
 
 __all__ = ["OpenAIResponsesDialect"]
 
@@ -102,6 +102,10 @@ _SHARED: dict[str, type] = {
     "service_tier": str, "metadata": dict}
 """Fields Chat Completions has too, same name and meaning: canonical sampling keys of the same
 name, with the type they must have (``text.verbosity`` is its ``verbosity``, read apart)."""
+_RENDERED_SAMPLING = ("temperature", "top_p", "user", *_SHARED)
+"""The canonical sampling keys a request gives on under their own name."""
+_SAMPLING_KEYS = frozenset({"temperature", "top_p", "user", "max_output_tokens", *_SHARED})
+"""What :func:`_parse_sampling` reads."""
 _REQUEST_KEYS = frozenset({
     "model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls",
     "reasoning", "max_output_tokens", "temperature", "top_p", "user", *_SHARED})
@@ -158,6 +162,8 @@ def _str(v: JSON) -> str | None:
 
 
 def _int(v: JSON) -> int | None:
+    if type(v) is int:  # (nearly every value: a JSON integer, which no bool is)
+        return v
     if isinstance(v, bool):
         return None
     if isinstance(v, int):
@@ -169,7 +175,7 @@ def _int(v: JSON) -> int | None:
 
 def _public(extras: dict[str, JSON]) -> dict[str, JSON]:
     """A same-dialect object's kept keys, without the private ones this module adds."""
-    return {k: v for k, v in extras.items() if not k.startswith("_")}
+    return {k: v for k, v in extras.items() if k[:1] != "_"}  # (k[:1]: no method call)
 
 
 class OpenAIResponsesDialect(SamplesFromPackage):
@@ -295,7 +301,7 @@ class OpenAIResponsesDialect(SamplesFromPackage):
             out["input"] = only.content
         else:
             out["input"] = _render_items(messages, same)
-        for key in ("temperature", "top_p", "user", *_SHARED):
+        for key in _RENDERED_SAMPLING:
             if key in req.sampling:
                 out[key] = req.sampling[key]
         cap = req.sampling.get("max_tokens", max_tokens)
@@ -433,6 +439,8 @@ class OpenAIResponsesDialect(SamplesFromPackage):
 
 def _parse_sampling(obj: dict[str, JSON]) -> dict[str, JSON]:
     sampling: dict[str, JSON] = {}
+    if obj.keys().isdisjoint(_SAMPLING_KEYS):  # (most requests set none: one look for all)
+        return sampling
     for key in ("temperature", "top_p"):
         value = obj.get(key)
         if value is None:
@@ -1027,29 +1035,34 @@ def _fold_output(output: list[JSON]) -> _Folded:
     citations: list[Citation] = []
     first_id: str | None = None
     for i, item in enumerate(output):
-        where = f"output[{i}]"
-        item = expect_object(item, where)
+        # (where an item is, named only for its errors: an answer's items are read once each)
+        if type(item) is not dict:
+            item = expect_object(item, f"output[{i}]")
         kind = item.get("type")
         if kind == "message":
             first_id = first_id or _str(item.get("id"))
             content = item.get("content")
             if not isinstance(content, list):
-                raise DialectError(f"must be a list, not {kind_of(content)}", f"{where}.content")
+                raise DialectError(f"must be a list, not {kind_of(content)}",
+                                   f"output[{i}].content")
             for j, part in enumerate(content):
-                part = expect_object(part, f"{where}.content[{j}]")
+                if type(part) is not dict:
+                    part = expect_object(part, f"output[{i}].content[{j}]")
                 kind = part.get("type")
                 key = _TEXT_KINDS.get(kind) if isinstance(kind, str) else None
                 if key is None:
                     continue
                 value = part.get(key)
                 if not isinstance(value, str):
-                    raise DialectError("must be a string", f"{where}.content[{j}].{key}")
+                    raise DialectError("must be a string", f"output[{i}].content[{j}].{key}")
                 text.append(value)
-                citations.extend(_citations(part.get("annotations")))
+                annotations = part.get("annotations")
+                if annotations:
+                    citations.extend(_citations(annotations))
         elif kind in ("function_call", "custom_tool_call"):
-            calls.append(_parse_call(item, where))
+            calls.append(_parse_call(item, f"output[{i}]"))
         elif kind == "reasoning":
-            reasoning.append(_parse_reasoning_item(item, where)[0])
+            reasoning.append(_parse_reasoning_item(item, f"output[{i}]")[0])
     return _Folded(AssistantMessage("".join(text), id=first_id, tool_calls=calls,
                                     reasoning=reasoning), citations)
 
@@ -1323,6 +1336,8 @@ class _Decoder:
         return events
 
     def _event(self, kind: str, p: dict[str, Any], events: list[StreamEvent]) -> None:
+        if kind not in _READ_EVENTS:
+            return  # lifecycle, content_part, summary_part, built-in tools' progress, …
         match kind:
             case "response.output_text.delta" | "response.refusal.delta":
                 self._text(p, "text", _index(p, "content_index"), _delta(p), events)
@@ -1514,6 +1529,19 @@ class _Decoder:
         return [StreamError("the upstream stream ended before its terminal event")]
 
 
+_READ_EVENTS = frozenset({
+    "response.output_text.delta", "response.refusal.delta", "response.output_text.done",
+    "response.refusal.done", "response.function_call_arguments.delta",
+    "response.function_call_arguments.done", "response.custom_tool_call_input.delta",
+    "response.custom_tool_call_input.done", "response.reasoning_summary_text.delta",
+    "response.reasoning_summary_text.done", "response.reasoning_text.delta",
+    "response.reasoning_text.done", "response.output_item.added", "response.output_item.done",
+    "response.output_text.annotation.added", "response.completed", "response.incomplete",
+    "response.failed", "error"})
+"""The event types :meth:`_Decoder._event` reads (the cases of its match): it passes over the
+others without trying each case."""
+
+
 def _index(p: dict[str, Any], key: str) -> int:
     v = p.get(key, 0)
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
@@ -1530,6 +1558,11 @@ def _delta(p: dict[str, Any]) -> str:
 
 _DELTA_EVENT = ("response.function_call_arguments.delta", "response.custom_tool_call_input.delta")
 """A call's delta event, by whether it is a freeform call's."""
+
+
+_FOLLOWED_DELTAS = frozenset({"response.output_text.delta",
+                              "response.reasoning_summary_text.delta", *_DELTA_EVENT})
+"""The delta events whose text an encoder that follows a stream keeps (:meth:`_Encoder.follow`)."""
 
 
 def _is_custom(item: _Item) -> bool:
@@ -1571,6 +1604,11 @@ class _Item:
         if len(self.chunks) > 1:
             self.chunks[:] = ["".join(self.chunks)]
         return self.chunks[0] if self.chunks else ""
+
+
+_EVENT_HEADS: dict[str, bytes] = {}
+"""An event's JSON up to its sequence number, by its type (a few types, written again and
+again: :meth:`_Encoder._event_of`)."""
 
 
 class _Encoder:
@@ -1649,8 +1687,10 @@ class _Encoder:
         writes, without building that dict (the response shells are large)."""
         seq = self._seq
         self._seq = seq + 1
-        return named(kind, b"".join((b'{"type":"', kind.encode(), b'","sequence_number":',
-                                     str(seq).encode(), b",", body[1:])))
+        head = _EVENT_HEADS.get(kind)
+        if head is None:
+            head = _EVENT_HEADS[kind] = b'{"type":"' + kind.encode() + b'","sequence_number":'
+        return Named(kind, b"".join((head, str(seq).encode(), b",", body[1:])))
 
     def _response(self, status: str, **fields: Any) -> dict[str, Any]:
         echo = self._echo
@@ -1665,6 +1705,18 @@ class _Encoder:
     # - events -
 
     def encode(self, event: StreamEvent) -> list[Payload]:
+        item = self._open
+        if type(event) is TextDelta and item is not None and self._reasoning is None \
+                and event.agent == self._agent and event.text and not self._closed:
+            # Nearly every event: a delta of the message open, as _text writes it.
+            text = event.text
+            self._spoke = True
+            item.chunks.append(text)
+            seq = self._seq
+            self._seq = seq + 1
+            return [Named(_TEXT_DELTA, b"".join((
+                _TEXT_DELTA_HEAD, str(seq).encode(), item.text_delta_at(), orjson.dumps(text),
+                _TEXT_DELTA_TAIL)))]
         if self._closed:
             return []
         out = self._start(event if isinstance(event, StreamStart) else None)
@@ -1753,7 +1805,7 @@ class _Encoder:
         # self._event would write for the same fields, without building the dict each time).
         seq = self._seq
         self._seq = seq + 1
-        out.append(named(_TEXT_DELTA, b"".join((
+        out.append(Named(_TEXT_DELTA, b"".join((
             _TEXT_DELTA_HEAD, str(seq).encode(), item.text_delta_at(), orjson.dumps(text),
             _TEXT_DELTA_TAIL))))
 
@@ -1772,7 +1824,7 @@ class _Encoder:
         out: list[Payload] = []
         for t in texts:
             chunks.append(t.decode())
-            out.append(named(_TEXT_DELTA, b"".join((
+            out.append(Named(_TEXT_DELTA, b"".join((
                 _TEXT_DELTA_HEAD, str(seq).encode(), at, b'"', t, b'"', _TEXT_DELTA_TAIL))))
             seq += 1
         return out
@@ -1973,8 +2025,7 @@ class _Encoder:
         if followed is None:
             return
         delta = p.get("delta")
-        if kind in ("response.output_text.delta", "response.reasoning_summary_text.delta",
-                    *_DELTA_EVENT) and isinstance(delta, str):
+        if kind in _FOLLOWED_DELTAS and isinstance(delta, str):
             followed.chunks.append(delta)
             if kind == "response.output_text.delta":
                 self._followed_text = followed

@@ -225,6 +225,95 @@ def test_a_stream_that_ends_before_its_finish_is_an_error() -> None:
     assert isinstance(err, StreamError) and "ended before" in err.message
 
 
+def _chunk(parts: list[Any], *, finish: str | None = None, usage: Any = None,
+           **top: Any) -> dict[str, Any]:
+    candidate: dict[str, Any] = {"content": {"parts": parts, "role": "model"}, "index": 0}
+    if finish is not None:
+        candidate["finishReason"] = finish
+    chunk: dict[str, Any] = {"candidates": [candidate]}
+    if usage is not None:
+        chunk["usageMetadata"] = usage
+    return {**chunk, "modelVersion": "gemini-2.5-flash", "responseId": "r1", **top}
+
+
+def _counts(n: int) -> dict[str, int]:
+    return {"promptTokenCount": 8, "candidatesTokenCount": n, "totalTokenCount": 8 + n}
+
+
+_STREAMS: dict[str, list[dict[str, Any]]] = {
+    "texts": [_chunk([{"text": "a"}], usage=_counts(1)), _chunk([{"text": "b"}], usage=_counts(2)),
+              _chunk([{"text": ""}], usage=_counts(3)),
+              _chunk([{"text": "c"}, {"text": "d"}], finish="STOP", usage=_counts(4))],
+    # counts that count nothing leave the last ones that did
+    "counts kept": [_chunk([{"text": "a"}], usage=_counts(1)),
+                    _chunk([{"text": "b"}], usage={"totalTokenCount": 9}),
+                    _chunk([{"text": "c"}], usage={"promptTokenCount": True}),
+                    _chunk([{"text": "d"}], usage=[1]),
+                    _chunk([{"text": "e"}], finish="MAX_TOKENS")],
+    "snake counts": [_chunk([{"text": "a"}], usage=_counts(1)),
+                     _chunk([{"text": "b"}], finish="STOP", usage={
+                         "prompt_token_count": 8, "candidates_token_count": 5,
+                         "thoughts_token_count": 2})],
+    "no counts": [_chunk([{"text": "a"}]), _chunk([{"text": "b"}], finish="STOP")],
+    "other shapes": [_chunk([{"text": "a"}], usage=_counts(1)),
+                     _chunk([{"text": "t", "thought": True}], usage=_counts(2)),
+                     _chunk([{"text": "b", "thoughtSignature": "s"}], usage=_counts(3)),
+                     _chunk([{"functionCall": {"name": "f", "args": {"x": 1}}}]),
+                     {"candidates": [], "usageMetadata": _counts(4)},
+                     {**_chunk([{"text": "c"}]), "promptFeedback": {}},
+                     _chunk([{"text": "d"}], finish="STOP", usage=_counts(5))],
+    "blocked after counts": [_chunk([{"text": "a"}], usage=_counts(1)),
+                             {"promptFeedback": {"blockReason": "SAFETY"}}],
+}
+
+
+@pytest.mark.parametrize("name", sorted(_STREAMS))
+def test_common_stream_events_decode_as_any_spelling_of_them(name: str) -> None:
+    """The decoder's shortcut for events of the common shape gives what its general path gives
+    for the same events spelled with a snake_case key (which that path camel-cases), usage
+    and finish included, whatever the other events of the stream."""
+    def snake(chunk: dict[str, Any]) -> dict[str, Any]:
+        out = dict(chunk)
+        if "responseId" in out:
+            out["response_id"] = out.pop("responseId")
+        else:
+            out["model_version"] = "gemini-2.5-flash"
+        return out
+
+    fast, slow = G.decoder(), G.decoder()
+    for chunk in _STREAMS[name]:
+        assert fast.decode(chunk) == slow.decode(snake(chunk))
+    assert fast.end() == slow.end()
+
+
+def test_the_last_counts_that_count_go_with_the_finish() -> None:
+    dec = G.decoder()
+    events = [e for chunk in _STREAMS["counts kept"] for e in dec.decode(chunk)]
+    assert events[-1] == StreamFinish("length", Usage(input_tokens=8, output_tokens=1))
+    dec = G.decoder()
+    events = [e for chunk in _STREAMS["snake counts"] for e in dec.decode(chunk)]
+    assert events[-1] == StreamFinish("stop", Usage(input_tokens=8, output_tokens=7,
+                                                    reasoning_tokens=2))
+
+
+def test_a_text_chunk_is_the_documented_shape() -> None:
+    """A text delta's chunk, written from its template, is the JSON of the API's shape for it,
+    before the start (the encoder's own id) and after it (the upstream's id and model)."""
+    enc = G.encoder(G.parse_request(TEXT))
+    texts = ["Hello", "", 'q"uo\\te', "tab\there\nline \x00\x1f", " wörld 😀 \u2028"]
+    first = orjson.loads(enc.encode(TextDelta("x"))[0])
+    for model, rid in ((None, first["responseId"]), ("gemini-2.5-flash", "resp-1")):
+        if model is not None:
+            enc.encode(StreamStart(id=rid, model=model))
+        for t in texts:
+            want: dict[str, Any] = {"candidates": [{"content": {"parts": [{"text": t}],
+                                                                "role": "model"}, "index": 0}]}
+            if model is not None:
+                want["modelVersion"] = model
+            want["responseId"] = rid
+            assert enc.encode(TextDelta(t)) == [orjson.dumps(want)]
+
+
 class _Zeros:
     def take(self, n: int) -> bytes:
         return bytes(n)

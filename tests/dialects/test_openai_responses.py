@@ -418,6 +418,56 @@ def test_encode_length_is_an_incomplete_response() -> None:
     assert events[-2]["item"]["status"] == "incomplete"
 
 
+def test_the_decoder_passes_over_only_the_events_it_has_no_case_for() -> None:
+    """``_READ_EVENTS`` lets through to the decoder's match exactly the types it has a case
+    for: a case that it left out would never run."""
+    import ast
+    import inspect
+    import textwrap
+
+    from gateway.dialects import openai_responses as module
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(module._Decoder._event)))
+    cased = {node.value for match in ast.walk(tree) if isinstance(match, ast.Match)
+             for case in match.cases for node in ast.walk(case.pattern)
+             if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+    assert cased == module._READ_EVENTS
+
+
+def test_text_deltas_are_the_documented_event_whatever_comes_between() -> None:
+    """Each text delta is the JSON of ResponseTextDeltaEvent's fields for it, numbered on,
+    under the message open (a new one after reasoning), its text escaped as JSON; an empty
+    text writes nothing; the message's final text is its deltas'; nothing after the end."""
+    enc = D.encoder(D.parse_request({"model": "m", "input": "hi"}))
+    events = [StreamStart(id="resp_1", model="m"), TextDelta("Hello"), TextDelta(""),
+              TextDelta(' q"\\\n\x00\x1f 😀 \u2028'), ReasoningDelta("think", dialect=D.name),
+              TextDelta("after"), TextDelta(" by Ann", agent="Ann"),
+              TextDelta(" again", agent="Ann"), TextDelta(" back"), StreamFinish("stop")]
+    seq, where = 0, ("", -1)
+    deltas: list[tuple[str, str]] = []
+    done: dict[str, str] = {}
+    for e in events:
+        for p in enc.encode(e):
+            data = orjson.loads(p.data)
+            assert data["sequence_number"] == seq
+            seq += 1
+            if p.event == "response.output_item.added" and data["item"]["type"] == "message":
+                where = (data["item"]["id"], data["output_index"])
+            elif p.event == "response.output_text.delta":
+                assert p.data == orjson.dumps({
+                    "type": p.event, "sequence_number": data["sequence_number"],
+                    "item_id": where[0], "output_index": where[1], "content_index": 0,
+                    "delta": data["delta"], "logprobs": []})
+                deltas.append((where[0], data["delta"]))
+            elif p.event == "response.output_text.done":
+                done[data["item_id"]] = data["text"]
+    assert [d for _, d in deltas] == ["Hello", ' q"\\\n\x00\x1f 😀 \u2028', "after",
+                                      "\n\n**Ann:**  by Ann", " again", "\n\n back"]
+    assert done == {i: "".join(d for j, d in deltas if j == i) for i, _ in deltas}
+    assert len(done) == 2
+    assert enc.encode(TextDelta("late")) == []
+
+
 def test_encode_mid_stream_error_is_error_then_failed_and_nothing_else() -> None:
     enc = D.encoder(D.parse_request({"model": "m", "input": "hi"}))
     frame = encoder_for(D.framing)
