@@ -512,3 +512,23 @@ def test_the_heads_of_named_events_are_kept_for_a_bounded_few_short_names() -> N
     assert reader.feed(data) == [Named(n, {"e": 1}) for n in names]
     assert reader.whole
     assert len(_HEADS) <= 64 and "x" * 5000 not in _HEADS
+
+
+@pytest.mark.parametrize("text", [None, ("delta",)], ids=["no-template", "template"])
+@pytest.mark.parametrize("data", [b'{"role":"\x80ssistant"}', b"[DO\x80NE]"],
+                         ids=["json", "not-json"])
+def test_an_event_passed_on_as_it_came_is_what_the_plain_path_reads(
+        text: tuple[str, ...] | None, data: bytes) -> None:
+    """An event whose data is not UTF-8 reads as its text decoded with replacement; passed on
+    as it came (a payload with its bytes), its bytes are those of that text, not the upstream's,
+    which the plain path never writes (found by test_accelerators' damaged streams)."""
+    from gateway.framing import TemplateReader, Verbatim, reader_for
+
+    body = b"data: " + data + b"\n\n"
+    plain = reader_for("sse", named=False).feed(body)
+    kept = reader_for("sse", named=False, verbatim=True,
+                      text=None if text is None else TemplateReader(text, None)).feed(body)
+    assert len(plain) == len(kept) == 1
+    assert type(kept[0]) is Verbatim
+    assert kept[0].payload == plain[0]
+    assert kept[0].raw == data.decode("utf-8", "replace").encode()

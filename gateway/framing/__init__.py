@@ -168,15 +168,16 @@ class _SSEPayloadReader:
 
     def _value(self, data: bytes, event: str) -> Any:
         """The payload of an event of the plain shapes, whose data is ``data``."""
-        if self._text is None:
-            value = _payload_of_bytes(data)
-        elif len(data) <= _SHORT and (known := _NOT_JSON.get(data)) is not None:
+        value: Any
+        if len(data) <= _SHORT and (known := _NOT_JSON.get(data)) is not None:
             value = known  # (never a frame of a template either: those are JSON)
         else:
             try:
-                value = self._text.read(data, event)
+                value = orjson.loads(data) if self._text is None else self._text.read(data, event)
             except orjson.JSONDecodeError:
                 value = _not_json(data)
+                if self._verbatim:
+                    data = _as_read(data)
             if type(value) is Slot:
                 return value
         if event != "message":
@@ -217,6 +218,17 @@ _NOT_JSON: dict[bytes, RawData] = {}
 more than a parse. What a stream sends that no other did (at most :data:`_NOT_JSON_KEPT` of them)
 is not kept."""
 _NOT_JSON_KEPT = 64
+
+
+def _as_read(data: bytes) -> bytes:
+    """The bytes of what the general path reads ``data`` as: itself when it is UTF-8, else its
+    text decoded with replacement (so that an event passed on as it came is what the plain path
+    writes, never bytes that are not UTF-8)."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data.decode("utf-8", "replace").encode()
+    return data
 
 
 def _not_json(data: bytes) -> Any:
