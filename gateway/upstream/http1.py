@@ -79,6 +79,7 @@ _BAD_CODING = "the upstream sent a body that could not be decompressed"
 # Response headers the connection itself acts on (lower-case name -> slot).
 _WATCHED = {b"content-type": 0, b"content-length": 1, b"transfer-encoding": 2,
             b"content-encoding": 3, b"keep-alive": 4}
+_SLOTS = 5
 
 # How the body in flight is framed (small ints: compared on every read).
 _HEAD = 0
@@ -166,8 +167,10 @@ class Http1Connection(asyncio.Protocol):
     def _reset(self) -> None:
         self.head: asyncio.Future[None] | None = None
         self.status = 0
-        self.raw_headers: list[tuple[str, str]] = []
-        self.watched: list[str | None] = [None] * len(_WATCHED)
+        self.fields: list[tuple[bytes, bytes]] = []
+        """The head's fields as llhttp gave them: decoded only if asked for (the gateway reads
+        an upstream's headers by name on an error answer alone)."""
+        self.watched: list[bytes | None] = [None] * _SLOTS
         self.headers_done = False
         self.complete = False
         self.keep_alive = False
@@ -380,7 +383,7 @@ class Http1Connection(asyncio.Protocol):
             return  # llhttp goes on parsing the body: the parser stays
         elif self.watched[1] is not None:
             try:
-                self._left = int(self.watched[1])  # llhttp accepted it: digits
+                self._left = int(self.watched[1])  # llhttp accepted it: digits (int reads bytes)
             except ValueError as e:
                 raise _Malformed(_BAD_HTTP) from e
             self._mode = _LENGTH
@@ -458,19 +461,18 @@ class Http1Connection(asyncio.Protocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         if self.headers_done:
             return  # a trailer: not passed on
-        text = value.decode("latin-1")
-        self.raw_headers.append((name.decode("latin-1"), text))
+        self.fields.append((name, value))
         slot = _WATCHED.get(name.lower())
         if slot is not None:
-            self.watched[slot] = text
+            self.watched[slot] = value
 
     def on_headers_complete(self) -> None:
         parser = self._parser
         assert parser is not None  # it is the caller
         status = parser.get_status_code()
         if 100 <= status < 200:  # an interim answer (103 Early Hints): the real one follows
-            self.raw_headers = []
-            self.watched = [None] * len(_WATCHED)
+            self.fields = []
+            self.watched = [None] * _SLOTS
             self._interim = True
             return
         self.status = status
@@ -478,7 +480,7 @@ class Http1Connection(asyncio.Protocol):
         self.keep_alive = parser.should_keep_alive()
         hint = self.watched[4]
         if hint is not None:
-            self.keep_alive_hint = _keep_alive_timeout(hint)
+            self.keep_alive_hint = _keep_alive_timeout(hint.decode("latin-1"))
         if self.head is not None and not self.head.done():
             self.head.set_result(None)
 
@@ -614,14 +616,15 @@ class Http1Response:
     @property
     def headers(self) -> Mapping[str, str]:
         if self._headers is None:
-            raw = self._conn.raw_headers if self._conn is not None else []
-            self._headers = CIMultiDictProxy(CIMultiDict(raw))
+            raw = self._conn.fields if self._conn is not None else []
+            self._headers = CIMultiDictProxy(CIMultiDict(
+                [(name.decode("latin-1"), value.decode("latin-1")) for name, value in raw]))
         return self._headers
 
     @property
     def content_type(self) -> str:
         raw = self._conn.watched[0] if self._conn is not None else None
-        return raw.split(";", 1)[0].strip().lower() if raw else ""
+        return raw.decode("latin-1").split(";", 1)[0].strip().lower() if raw else ""
 
     async def read(self) -> bytes:
         # One coroutine, not a wrapper around another: a stream calls this once a frame.
@@ -741,13 +744,13 @@ class _Deflate:
         return out
 
 
-def _decoder_for(coding: str | None) -> Any:
+def _decoder_for(coding: bytes | None) -> Any:
     if not coding:
         return None
-    coding = coding.strip().lower()
-    if coding in ("gzip", "x-gzip"):
+    name = coding.decode("latin-1").strip().lower()  # (str's strip: Latin-1's spaces too)
+    if name in ("gzip", "x-gzip"):
         return zlib.decompressobj(16 + zlib.MAX_WBITS)
-    if coding == "deflate":
+    if name == "deflate":
         return _Deflate()
     return None  # identity, or a coding we never asked for: passed on as it came
 
