@@ -392,15 +392,17 @@ class FastTransport:
 
 
 async def _head(conn: Http1Connection, head: asyncio.Future[None], deadline: float) -> None:
-    """Until the response head arrived, within ``deadline`` (a deadline on the loop's wheel,
-    not a loop timer: :mod:`gateway.upstream.deadlines`)."""
-    wheel = conn.wheel
-    entry = wheel.at(deadline, lambda: conn.fail(UpstreamError(
-        "timeout", "the upstream did not answer in time")))
+    """Until the response head arrived, within ``deadline`` (the connection's one deadline on
+    the loop's wheel, not a loop timer: :mod:`gateway.upstream.deadlines`)."""
+    conn.fail_at(deadline, _head_late)
     try:
         await head
     finally:
-        wheel.cancel(entry)
+        conn.stop_timer()
+
+
+def _head_late() -> UpstreamError:
+    return UpstreamError("timeout", "the upstream did not answer in time")
 
 
 class _Opening:

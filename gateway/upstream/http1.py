@@ -36,7 +36,9 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import time
+import weakref
 import zlib
 from collections.abc import Callable, Mapping
 from typing import Any, cast
@@ -162,6 +164,12 @@ class Http1Connection(asyncio.Protocol):
         self._drained: Callable[[bool], None] | None = None
         self._drain_left = 0
         self._drain_timer: Deadline | None = None
+        self._timer = Deadline(functools.partial(_timed_out, weakref.ref(self)))
+        """The one bound of the request in flight (its head's, then its body's): one entry
+        armed again for each (:meth:`fail_at`), not one made for each. (It reaches the
+        connection through a weak reference: no cycle for the collector.)"""
+        self._late: Callable[[], BaseException] | None = None
+        """What :attr:`_timer` fails the request with."""
         self._reset()
 
     def _reset(self) -> None:
@@ -554,6 +562,17 @@ class Http1Connection(asyncio.Protocol):
     def fail(self, exc: BaseException) -> None:
         self._fail(exc, None)
 
+    def fail_at(self, when: float, error: Callable[[], BaseException]) -> None:
+        """Fail the request in flight with ``error()`` once ``loop.time()`` passed ``when``
+        (within a tick of the wheel), unless :meth:`stop_timer` first; it replaces the bound
+        armed before."""
+        self._late = error
+        self.wheel.arm(self._timer, when)
+
+    def stop_timer(self) -> None:
+        self._late = None
+        self.wheel.cancel(self._timer)
+
     def abort(self) -> None:
         """Close now, whatever is in flight (it is never returned to a pool)."""
         self.in_flight = False
@@ -668,6 +687,15 @@ class Http1Response:
         if self._conn is not None:
             self._conn.fail(exc)
 
+    def fail_after(self, delay: float, error: Callable[[], BaseException]) -> None:
+        conn = self._conn
+        if conn is not None:
+            conn.fail_at(conn.loop.time() + delay, error)
+
+    def stop_timer(self) -> None:
+        if self._conn is not None:
+            self._conn.stop_timer()
+
     def close(self) -> None:
         """Hands the connection back: ``reuse`` (the response ended cleanly), ``drain`` (its
         reader stopped early; the rest is read and dropped), or ``close`` (a failure, or a
@@ -675,6 +703,7 @@ class Http1Response:
         conn, self._conn = self._conn, None
         if conn is None:
             return
+        conn.stop_timer()  # no bound of this request outlives it
         if self._untrusted:
             self._release(conn, "close")
         elif conn.reusable:
@@ -742,6 +771,12 @@ class _Deflate:
     def flush(self) -> bytes:
         out: bytes = self._inner.flush() if self._inner is not None else b""
         return out
+
+
+def _timed_out(conn: weakref.ref[Http1Connection]) -> None:
+    found = conn()
+    if found is not None and found._late is not None:
+        found.fail(found._late())
 
 
 def _decoder_for(coding: bytes | None) -> Any:
