@@ -268,7 +268,13 @@ class FastTransport:
                     self._discard(pool, conn)
                     retried = True
                     continue
-                await _head(conn, head, deadline)
+                # Until the response head arrived, within ``deadline`` (the connection's one
+                # deadline on the loop's wheel, not a loop timer: gateway.upstream.deadlines)
+                conn.fail_at(deadline, _head_late)
+                try:
+                    await head
+                finally:
+                    conn.stop_timer()
             except BaseException:
                 self._discard(pool, conn)
                 raise
@@ -389,16 +395,6 @@ class FastTransport:
                     conn.abort()
             pool.idle.clear()
         await asyncio.sleep(0)  # let the transports run their connection_lost
-
-
-async def _head(conn: Http1Connection, head: asyncio.Future[None], deadline: float) -> None:
-    """Until the response head arrived, within ``deadline`` (the connection's one deadline on
-    the loop's wheel, not a loop timer: :mod:`gateway.upstream.deadlines`)."""
-    conn.fail_at(deadline, _head_late)
-    try:
-        await head
-    finally:
-        conn.stop_timer()
 
 
 def _head_late() -> UpstreamError:
