@@ -806,11 +806,33 @@ async def test_a_body_nobody_reads_stops_the_reading_of_the_socket(fast: FastTra
         r.close()
 
 
-async def test_a_header_with_a_line_break_is_never_sent(fast: FastTransport) -> None:
+@pytest.mark.parametrize("headers", [
+    {"X-A": "1\r\nX-Injected: 1"}, {"X-A": "1\rX"}, {"X-A": "1\nX"}, {"X-A": "1\0"},
+    {"X-A\r\nX-Injected": "1"}, {"X-A": "1", "X-B": "2\n"}, {"X-A": "\r\n"}])
+async def test_a_header_with_a_line_break_is_never_sent(fast: FastTransport,
+                                                         headers: dict[str, str]) -> None:
     async with RawServer(keep_alive_answers) as server:
-        with pytest.raises(UpstreamError):
-            await fast.send(request(server.url, headers={"X-A": "1\r\nX-Injected: 1"}))
+        with pytest.raises(UpstreamError, match="line break"):
+            await fast.send(request(server.url, headers=headers))
         assert server.connections == 0
+
+
+@pytest.mark.parametrize(("method", "url", "headers", "body", "head"), [
+    ("POST", "http://h/chat", {"Content-Type": "application/json", "X-A": "a\tb"}, b"{}",
+     "POST /chat HTTP/1.1\r\nHost: h\r\nContent-Type: application/json\r\nX-A: a\tb\r\n"
+     "Content-Length: 2\r\nAccept-Encoding: gzip, deflate\r\n\r\n"),
+    ("GET", "https://u:p@[::1]:8443/h?x=1", {}, b"",
+     "GET /h?x=1 HTTP/1.1\r\nHost: [::1]:8443\r\nAuthorization: Basic dTpw\r\n"
+     "Accept-Encoding: gzip, deflate\r\n\r\n"),
+    ("POST", "http://u:p@h:80", {"authorization": "Bearer k"}, b"",
+     "POST / HTTP/1.1\r\nHost: h\r\nauthorization: Bearer k\r\nContent-Length: 0\r\n"
+     "Accept-Encoding: gzip, deflate\r\n\r\n"),
+    ("HEAD", "http://h:81/", {"X-É": "é"}, b"",
+     "HEAD / HTTP/1.1\r\nHost: h:81\r\nX-É: é\r\nAccept-Encoding: gzip, deflate\r\n\r\n"),
+])
+def test_the_request_head_is_written_exactly(method: str, url: str, headers: dict[str, str],
+                                             body: bytes, head: str) -> None:
+    assert ft._request_bytes(method, ft._target(url), headers, body) == head.encode() + body
 
 
 async def test_userinfo_in_the_url_is_basic_auth(fast: FastTransport) -> None:

@@ -10,24 +10,26 @@ from __future__ import annotations
 import asyncio
 import base64
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import aiohttp
 from yarl import URL
 
 from gateway.errors import UpstreamError
+from gateway.upstream.deadlines import Deadline, Deadlines, deadlines
 from gateway.upstream.transport import UpstreamRequest
 
 __all__ = ["AiohttpResponse", "AiohttpTransport", "with_basic_auth"]
 
 
 class AiohttpResponse:
-    __slots__ = ("_closed", "_response", "_transport")
+    __slots__ = ("_closed", "_response", "_timer", "_transport")
 
     def __init__(self, response: aiohttp.ClientResponse, transport: AiohttpTransport) -> None:
         self._response = response
         self._transport = transport
         self._closed = False
+        self._timer: tuple[Deadlines, Deadline] | None = None
 
     @property
     def status(self) -> int:
@@ -56,7 +58,18 @@ class AiohttpResponse:
         if not self._response.closed:
             self._response.content.set_exception(exc)
 
+    def fail_after(self, delay: float, error: Callable[[], BaseException]) -> None:
+        self.stop_timer()
+        wheel = deadlines()
+        self._timer = (wheel, wheel.after(delay, lambda: self.fail(error())))
+
+    def stop_timer(self) -> None:
+        if self._timer is not None:
+            (wheel, entry), self._timer = self._timer, None
+            wheel.cancel(entry)
+
     def close(self) -> None:
+        self.stop_timer()
         if not self._closed:
             self._closed = True
             self._transport.held -= 1

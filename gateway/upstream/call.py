@@ -72,9 +72,7 @@ class UpstreamCall:
         fails the pending read (no timeout context, no task cancellation)."""
         t0 = time.perf_counter()
         remaining = self.config.timeout - (t0 - self.started)
-        wheel = deadlines()
-        response = self.response
-        timer = wheel.after(max(remaining, 0.001), lambda: response.fail(_Late()))
+        self.response.fail_after(max(remaining, 0.001), _Late)
         try:
             first = await self.response.read()
             second = await self.response.read() if first else b""
@@ -94,7 +92,7 @@ class UpstreamCall:
         except _Late as e:
             raise UpstreamError("timeout", "the upstream did not finish its answer in time") from e
         finally:
-            wheel.cancel(timer)
+            self.response.stop_timer()
             self.waited += time.perf_counter() - t0
 
     def whole_deadline(self) -> asyncio.Timeout:

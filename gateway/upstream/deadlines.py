@@ -23,12 +23,15 @@ TICK = 0.02
 
 
 class Deadline:
-    """One pending deadline; :meth:`Deadlines.cancel` it once what it bounds is done."""
+    """One deadline; :meth:`Deadlines.cancel` it once what it bounds is done. An entry that is
+    not pending may be armed again (:meth:`Deadlines.arm`): a holder that sets bound after bound
+    (a connection, a request after request) makes one entry, not one a bound."""
 
     __slots__ = ("bucket", "fire")
 
-    def __init__(self, bucket: int, fire: Callable[[], None]) -> None:
-        self.bucket = bucket
+    def __init__(self, fire: Callable[[], None]) -> None:
+        self.bucket = 0
+        """The bucket it waits in; 0 while it is not pending (buckets count from 1)."""
         self.fire = fire
 
 
@@ -48,27 +51,42 @@ class Deadlines:
     def at(self, when: float, fire: Callable[[], None]) -> Deadline:
         """Call ``fire()`` once ``loop.time()`` passed ``when`` (within a tick), unless
         cancelled first."""
-        bucket = max(math.ceil(when / TICK), self._done + 1)
-        entry = Deadline(bucket, fire)
-        slot = self._wheel.get(bucket)
-        if slot is None:
-            slot = self._wheel[bucket] = set()
-        slot.add(entry)
-        self._count += 1
-        if self._handle is None:
-            self._arm()
+        entry = Deadline(fire)
+        self.arm(entry, when)
         return entry
 
     def after(self, delay: float, fire: Callable[[], None]) -> Deadline:
         return self.at(self._loop.time() + delay, fire)
 
+    def arm(self, entry: Deadline, when: float) -> None:
+        """Have ``entry`` fire once ``loop.time()`` passed ``when`` (within a tick), unless
+        cancelled first; an entry still pending is moved."""
+        if entry.bucket:
+            self.cancel(entry)
+        bucket = math.ceil(when / TICK)
+        if bucket <= self._done:
+            bucket = self._done + 1
+        entry.bucket = bucket
+        slot = self._wheel.get(bucket)
+        if slot is None:
+            self._wheel[bucket] = {entry}
+        else:
+            slot.add(entry)
+        self._count += 1
+        if self._handle is None:
+            self._arm()
+
     def cancel(self, entry: Deadline) -> None:
-        slot = self._wheel.get(entry.bucket)
-        if slot is not None and entry in slot:
-            slot.remove(entry)
+        """(Harmless on an entry that is not pending: fired, cancelled, or never armed.)"""
+        bucket = entry.bucket
+        if bucket:
+            entry.bucket = 0
             self._count -= 1
-            if not slot:  # no empty set waits for its tick
-                del self._wheel[entry.bucket]
+            slot = self._wheel.get(bucket)
+            if slot is not None:  # (None: its bucket is firing, and it is not to fire)
+                slot.remove(entry)
+                if not slot:  # no empty set waits for its tick
+                    del self._wheel[bucket]
 
     def pending(self) -> int:
         return self._count
@@ -83,7 +101,10 @@ class Deadlines:
         first, self._done = self._done + 1, max(self._done, now)
         for b in range(first, now + 1):
             for entry in wheel.pop(b, ()):
+                if entry.bucket != b:
+                    continue  # cancelled, or moved, by a deadline fired before it
                 self._count -= 1
+                entry.bucket = 0  # (before its call, which may arm it again)
                 entry.fire()
         if self._count and self._handle is None:  # (a deadline set by a callback above armed it)
             self._arm()

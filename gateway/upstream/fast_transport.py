@@ -55,7 +55,10 @@ IDLE_SECONDS = 30.0
 """Longest an idle connection is kept (shorter when the server says so)."""
 _MARGIN = 1.0
 """Seconds before the server's announced keep-alive timeout that a connection is dropped."""
-_ACCEPT = "Accept-Encoding: gzip, deflate\r\n"
+_TAIL = "Accept-Encoding: gzip, deflate\r\n\r\n"
+"""The request head's last line, and the empty line that ends it."""
+_CRLF = "\r\n"
+_NO_BODY = ("GET", "HEAD")
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +71,8 @@ class _Target:
     tls: bool
     path: str
     host_header: str
+    rest: str
+    """The request line after its method, and the ``Host`` line: the same for every request."""
     basic: str | None
     """``Authorization`` value from ``user:password@`` in the URL."""
 
@@ -90,28 +95,29 @@ def _target(url: str) -> _Target:
 
         pair = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}".encode()
         basic = "Basic " + base64.b64encode(pair).decode("ascii")
-    return _Target((parts.scheme, host, port), host, port, tls, path,
-                   shown if default else f"{shown}:{port}", basic)
+    host_header = shown if default else f"{shown}:{port}"
+    return _Target((parts.scheme, host, port), host, port, tls, path, host_header,
+                   f" {path} HTTP/1.1\r\nHost: {host_header}\r\n", basic)
 
 
 def _request_bytes(method: str, target: _Target, headers: Mapping[str, str],
                    body: bytes) -> bytes:
-    lines = [f"{method} {target.path} HTTP/1.1\r\n", f"Host: {target.host_header}\r\n"]
-    has_auth = False
-    for name, value in headers.items():
-        lines.append(f"{name}: {value}\r\n")
-        has_auth = has_auth or name.lower() == "authorization"
-    if target.basic is not None and not has_auth:
-        lines.append(f"Authorization: {target.basic}\r\n")
-    if body or method not in ("GET", "HEAD"):
-        lines.append(f"Content-Length: {len(body)}\r\n")
-    lines.append(_ACCEPT)
-    head = "".join(lines)
+    # (": ".join each header, "\r\n".join them: no Python-level step a header)
+    fields = "\r\n".join(map(": ".join, headers.items()))
+    lines = len(headers) + 4  # and the request line, Host, Accept-Encoding, the empty line
+    extra = ""
+    if target.basic is not None and not any(n.lower() == "authorization" for n in headers):
+        extra = f"Authorization: {target.basic}\r\n"
+        lines += 1
+    if body or method not in _NO_BODY:
+        extra += f"Content-Length: {len(body)}\r\n"
+        lines += 1
+    head = f"{method}{target.rest}{fields}{_CRLF if headers else ''}{extra}{_TAIL}"
     # Every line ends in the one CRLF put there above: a CR, LF or NUL inside a name or value
     # would split a header in two (request smuggling), so such a request is never sent.
-    if head.count("\n") != len(lines) or head.count("\r") != len(lines) or "\0" in head:
+    if head.count("\n") != lines or head.count("\r") != lines or "\0" in head:
         raise UpstreamError("connect", "a header of the upstream request holds a line break")
-    return head.encode() + b"\r\n" + body
+    return head.encode() + body
 
 
 _POLL = select.poll()
@@ -262,7 +268,13 @@ class FastTransport:
                     self._discard(pool, conn)
                     retried = True
                     continue
-                await _head(conn, head, deadline)
+                # Until the response head arrived, within ``deadline`` (the connection's one
+                # deadline on the loop's wheel, not a loop timer: gateway.upstream.deadlines)
+                conn.fail_at(deadline, _head_late)
+                try:
+                    await head
+                finally:
+                    conn.stop_timer()
             except BaseException:
                 self._discard(pool, conn)
                 raise
@@ -385,16 +397,8 @@ class FastTransport:
         await asyncio.sleep(0)  # let the transports run their connection_lost
 
 
-async def _head(conn: Http1Connection, head: asyncio.Future[None], deadline: float) -> None:
-    """Until the response head arrived, within ``deadline`` (a deadline on the loop's wheel,
-    not a loop timer: :mod:`gateway.upstream.deadlines`)."""
-    wheel = conn.wheel
-    entry = wheel.at(deadline, lambda: conn.fail(UpstreamError(
-        "timeout", "the upstream did not answer in time")))
-    try:
-        await head
-    finally:
-        wheel.cancel(entry)
+def _head_late() -> UpstreamError:
+    return UpstreamError("timeout", "the upstream did not answer in time")
 
 
 class _Opening:

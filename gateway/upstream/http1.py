@@ -36,7 +36,9 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import time
+import weakref
 import zlib
 from collections.abc import Callable, Mapping
 from typing import Any, cast
@@ -79,6 +81,7 @@ _BAD_CODING = "the upstream sent a body that could not be decompressed"
 # Response headers the connection itself acts on (lower-case name -> slot).
 _WATCHED = {b"content-type": 0, b"content-length": 1, b"transfer-encoding": 2,
             b"content-encoding": 3, b"keep-alive": 4}
+_SLOTS = 5
 
 # How the body in flight is framed (small ints: compared on every read).
 _HEAD = 0
@@ -161,13 +164,21 @@ class Http1Connection(asyncio.Protocol):
         self._drained: Callable[[bool], None] | None = None
         self._drain_left = 0
         self._drain_timer: Deadline | None = None
+        self._timer = Deadline(functools.partial(_timed_out, weakref.ref(self)))
+        """The one bound of the request in flight (its head's, then its body's): one entry
+        armed again for each (:meth:`fail_at`), not one made for each. (It reaches the
+        connection through a weak reference: no cycle for the collector.)"""
+        self._late: Callable[[], BaseException] | None = None
+        """What :attr:`_timer` fails the request with."""
         self._reset()
 
     def _reset(self) -> None:
         self.head: asyncio.Future[None] | None = None
         self.status = 0
-        self.raw_headers: list[tuple[str, str]] = []
-        self.watched: list[str | None] = [None] * len(_WATCHED)
+        self.fields: list[tuple[bytes, bytes]] = []
+        """The head's fields as llhttp gave them: decoded only if asked for (the gateway reads
+        an upstream's headers by name on an error answer alone)."""
+        self.watched: list[bytes | None] = [None] * _SLOTS
         self.headers_done = False
         self.complete = False
         self.keep_alive = False
@@ -380,7 +391,7 @@ class Http1Connection(asyncio.Protocol):
             return  # llhttp goes on parsing the body: the parser stays
         elif self.watched[1] is not None:
             try:
-                self._left = int(self.watched[1])  # llhttp accepted it: digits
+                self._left = int(self.watched[1])  # llhttp accepted it: digits (int reads bytes)
             except ValueError as e:
                 raise _Malformed(_BAD_HTTP) from e
             self._mode = _LENGTH
@@ -458,19 +469,18 @@ class Http1Connection(asyncio.Protocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         if self.headers_done:
             return  # a trailer: not passed on
-        text = value.decode("latin-1")
-        self.raw_headers.append((name.decode("latin-1"), text))
+        self.fields.append((name, value))
         slot = _WATCHED.get(name.lower())
         if slot is not None:
-            self.watched[slot] = text
+            self.watched[slot] = value
 
     def on_headers_complete(self) -> None:
         parser = self._parser
         assert parser is not None  # it is the caller
         status = parser.get_status_code()
         if 100 <= status < 200:  # an interim answer (103 Early Hints): the real one follows
-            self.raw_headers = []
-            self.watched = [None] * len(_WATCHED)
+            self.fields = []
+            self.watched = [None] * _SLOTS
             self._interim = True
             return
         self.status = status
@@ -478,7 +488,7 @@ class Http1Connection(asyncio.Protocol):
         self.keep_alive = parser.should_keep_alive()
         hint = self.watched[4]
         if hint is not None:
-            self.keep_alive_hint = _keep_alive_timeout(hint)
+            self.keep_alive_hint = _keep_alive_timeout(hint.decode("latin-1"))
         if self.head is not None and not self.head.done():
             self.head.set_result(None)
 
@@ -552,6 +562,17 @@ class Http1Connection(asyncio.Protocol):
     def fail(self, exc: BaseException) -> None:
         self._fail(exc, None)
 
+    def fail_at(self, when: float, error: Callable[[], BaseException]) -> None:
+        """Fail the request in flight with ``error()`` once ``loop.time()`` passed ``when``
+        (within a tick of the wheel), unless :meth:`stop_timer` first; it replaces the bound
+        armed before."""
+        self._late = error
+        self.wheel.arm(self._timer, when)
+
+    def stop_timer(self) -> None:
+        self._late = None
+        self.wheel.cancel(self._timer)
+
     def abort(self) -> None:
         """Close now, whatever is in flight (it is never returned to a pool)."""
         self.in_flight = False
@@ -614,14 +635,15 @@ class Http1Response:
     @property
     def headers(self) -> Mapping[str, str]:
         if self._headers is None:
-            raw = self._conn.raw_headers if self._conn is not None else []
-            self._headers = CIMultiDictProxy(CIMultiDict(raw))
+            raw = self._conn.fields if self._conn is not None else []
+            self._headers = CIMultiDictProxy(CIMultiDict(
+                [(name.decode("latin-1"), value.decode("latin-1")) for name, value in raw]))
         return self._headers
 
     @property
     def content_type(self) -> str:
         raw = self._conn.watched[0] if self._conn is not None else None
-        return raw.split(";", 1)[0].strip().lower() if raw else ""
+        return raw.decode("latin-1").split(";", 1)[0].strip().lower() if raw else ""
 
     async def read(self) -> bytes:
         # One coroutine, not a wrapper around another: a stream calls this once a frame.
@@ -665,6 +687,15 @@ class Http1Response:
         if self._conn is not None:
             self._conn.fail(exc)
 
+    def fail_after(self, delay: float, error: Callable[[], BaseException]) -> None:
+        conn = self._conn
+        if conn is not None:
+            conn.fail_at(conn.loop.time() + delay, error)
+
+    def stop_timer(self) -> None:
+        if self._conn is not None:
+            self._conn.stop_timer()
+
     def close(self) -> None:
         """Hands the connection back: ``reuse`` (the response ended cleanly), ``drain`` (its
         reader stopped early; the rest is read and dropped), or ``close`` (a failure, or a
@@ -672,6 +703,7 @@ class Http1Response:
         conn, self._conn = self._conn, None
         if conn is None:
             return
+        conn.stop_timer()  # no bound of this request outlives it
         if self._untrusted:
             self._release(conn, "close")
         elif conn.reusable:
@@ -741,13 +773,19 @@ class _Deflate:
         return out
 
 
-def _decoder_for(coding: str | None) -> Any:
+def _timed_out(conn: weakref.ref[Http1Connection]) -> None:
+    found = conn()
+    if found is not None and found._late is not None:
+        found.fail(found._late())
+
+
+def _decoder_for(coding: bytes | None) -> Any:
     if not coding:
         return None
-    coding = coding.strip().lower()
-    if coding in ("gzip", "x-gzip"):
+    name = coding.decode("latin-1").strip().lower()  # (str's strip: Latin-1's spaces too)
+    if name in ("gzip", "x-gzip"):
         return zlib.decompressobj(16 + zlib.MAX_WBITS)
-    if coding == "deflate":
+    if name == "deflate":
         return _Deflate()
     return None  # identity, or a coding we never asked for: passed on as it came
 

@@ -13,7 +13,7 @@ foreign exceptions stop at the transport.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -69,6 +69,14 @@ class UpstreamResponse(Protocol):
         """Wake a pending (or the next) :meth:`read` with ``exc``: how a timer bounds a read
         without a timeout object per read."""
         ...
+
+    def fail_after(self, delay: float, error: Callable[[], BaseException]) -> None:
+        """:meth:`fail` with ``error()`` once ``delay`` seconds passed, unless
+        :meth:`stop_timer` first: one bound at a time (it replaces the one before), which a
+        transport may keep as one deadline for all of a request's bounds."""
+        ...
+
+    def stop_timer(self) -> None: ...
 
     def close(self) -> None: ...
 
