@@ -526,9 +526,15 @@ def test_an_event_passed_on_as_it_came_is_what_the_plain_path_reads(
 
     body = b"data: " + data + b"\n\n"
     plain = reader_for("sse", named=False).feed(body)
-    kept = reader_for("sse", named=False, verbatim=True,
-                      text=None if text is None else TemplateReader(text, None)).feed(body)
-    assert len(plain) == len(kept) == 1
-    assert type(kept[0]) is Verbatim
-    assert kept[0].payload == plain[0]
-    assert kept[0].raw == data.decode("utf-8", "replace").encode()
+    for runs in (False, True):
+        template = None if text is None else TemplateReader(text, None)
+        if template is not None:
+            template.runs = runs
+        reader = reader_for("sse", named=False, verbatim=True, text=template)
+        kept = reader.feed(body)
+        assert len(plain) == len(kept) == 1
+        assert type(kept[0]) is Verbatim
+        assert kept[0].payload == plain[0]
+        assert kept[0].raw == data.decode("utf-8", "replace").encode()
+        # and the read is not "the frames as they came", which a route would forward whole
+        assert not reader.whole

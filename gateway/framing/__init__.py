@@ -141,6 +141,7 @@ class _SSEPayloadReader:
         out: list[Any] = []
         at, size, named = 0, len(data), self._named
         canonical = True
+        self.whole = True  # (until an event's data is mended: see _value)
         while at < size:
             block = sse.plain_block(data, at, named)
             if block is None:
@@ -163,7 +164,7 @@ class _SSEPayloadReader:
                     out.append(run)
                     at = run.end
         sse.read_plain()
-        self.whole = canonical
+        self.whole = canonical and self.whole
         return out
 
     def _value(self, data: bytes, event: str) -> Any:
@@ -176,8 +177,10 @@ class _SSEPayloadReader:
                 value = orjson.loads(data) if self._text is None else self._text.read(data, event)
             except orjson.JSONDecodeError:
                 value = _not_json(data)
-                if self._verbatim:
-                    data = _as_read(data)
+                if self._verbatim and (read := _as_read(data)) is not data:
+                    # The read is then not the frames passed on: never forwarded whole.
+                    data = read
+                    self.whole = False
             if type(value) is Slot:
                 return value
         if event != "message":
