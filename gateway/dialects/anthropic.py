@@ -317,6 +317,16 @@ def _parse_blocks(content: list[JSON], where: str, *, assistant: bool) -> _Block
     return out
 
 
+def _arguments(args: dict[str, Any], where: str) -> str:
+    """A tool call's input as the JSON text of its arguments. What orjson cannot write (an
+    integer past 64 bits, which no body it parsed holds, or nesting past 254 levels) is an
+    error of the answer, named, never an exception of the gateway."""
+    try:
+        return orjson.dumps(args).decode()
+    except orjson.JSONEncodeError:
+        raise DialectError("cannot be passed on as JSON text", where) from None
+
+
 def _parse_block(raw: JSON, at: str, assistant: bool, out: _Blocks) -> None:
     if isinstance(raw, str):  # tolerated: a bare string is text
         out.parts.append(TextPart(raw))
@@ -341,7 +351,7 @@ def _parse_block(raw: JSON, at: str, assistant: bool, out: _Blocks) -> None:
             raise DialectError("must be a string", f"{at}.name")
         if not isinstance(args, dict):
             raise DialectError(f"must be an object, not {kind_of(args)}", f"{at}.input")
-        out.calls.append(ToolCall(cid, name, orjson.dumps(args).decode()))
+        out.calls.append(ToolCall(cid, name, _arguments(args, f"{at}.input")))
         out.layout.append(["c", _extra(block, _TOOL_USE_KEYS)])
     elif kind == "thinking" and assistant:
         text, sig = block.get("thinking"), block.get("signature")
@@ -1238,7 +1248,7 @@ class _Decoder:
             events.append(ToolCallStart(call, cid, name))
             given = block.get("input")
             if isinstance(given, dict) and given:  # the whole input at once (some servers)
-                events.append(ToolCallDelta(call, orjson.dumps(given).decode()))
+                events.append(ToolCallDelta(call, _arguments(given, "stream")))
         self._blocks.append([kind, True, call])
 
     def _delta(self, payload: dict[str, Any], events: list[StreamEvent]) -> None:

@@ -1036,3 +1036,18 @@ def test_a_format_the_api_does_not_take_is_a_400_naming_it(fmt: Any) -> None:
     body = {**SAMPLES.requests["text"], "output_config": {"format": fmt}}
     with pytest.raises(Exception, match=r"output_config\.format"):
         A.parse_request(body)
+
+
+def test_a_tool_input_orjson_cannot_write_is_an_error_of_the_answer() -> None:
+    """An integer past 64 bits (valid JSON, which orjson refuses to write) in a tool call's
+    input: a named error of the answer, not an exception of the gateway (found by test_fuzz)."""
+    from gateway.errors import DialectError
+
+    body = {"id": "msg_1", "type": "message", "role": "assistant", "model": "m",
+            "stop_reason": "tool_use", "stop_sequence": None,
+            "content": [{"type": "tool_use", "id": "toolu_1", "name": "f",
+                         "input": {"n": -(1 << 63) - 1}}],
+            "usage": {"input_tokens": 1, "output_tokens": 1}}
+    with pytest.raises(DialectError) as e:
+        A.parse_response(body)
+    assert e.value.where == "content[0].input"
