@@ -16,7 +16,7 @@ import aiohttp
 from yarl import URL
 
 from gateway.errors import UpstreamError
-from gateway.upstream.deadlines import Deadline, Deadlines, deadlines
+from gateway.upstream.deadlines import ResponseTimer
 from gateway.upstream.transport import UpstreamRequest
 
 __all__ = ["AiohttpResponse", "AiohttpTransport", "with_basic_auth"]
@@ -29,7 +29,7 @@ class AiohttpResponse:
         self._response = response
         self._transport = transport
         self._closed = False
-        self._timer: tuple[Deadlines, Deadline] | None = None
+        self._timer = ResponseTimer()
 
     @property
     def status(self) -> int:
@@ -59,14 +59,10 @@ class AiohttpResponse:
             self._response.content.set_exception(exc)
 
     def fail_after(self, delay: float, error: Callable[[], BaseException]) -> None:
-        self.stop_timer()
-        wheel = deadlines()
-        self._timer = (wheel, wheel.after(delay, lambda: self.fail(error())))
+        self._timer.arm(delay, lambda: self.fail(error()))
 
     def stop_timer(self) -> None:
-        if self._timer is not None:
-            (wheel, entry), self._timer = self._timer, None
-            wheel.cancel(entry)
+        self._timer.stop()
 
     def close(self) -> None:
         self.stop_timer()

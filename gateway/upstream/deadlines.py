@@ -16,7 +16,7 @@ import math
 import weakref
 from collections.abc import Callable
 
-__all__ = ["TICK", "Deadline", "Deadlines", "deadlines"]
+__all__ = ["TICK", "Deadline", "Deadlines", "ResponseTimer", "deadlines"]
 
 TICK = 0.02
 """Seconds per bucket: how late a deadline may fire."""
@@ -122,3 +122,24 @@ def deadlines(loop: asyncio.AbstractEventLoop | None = None) -> Deadlines:
     if found is None:
         found = _PER_LOOP[loop] = Deadlines(loop)
     return found
+
+
+class ResponseTimer:
+    """The one bound a response not read by :class:`~gateway.upstream.http1.Http1Connection`
+    keeps (its ``fail_after`` / ``stop_timer``): an entry on the loop's wheel, armed again
+    from scratch each time."""
+
+    __slots__ = ("_armed",)
+
+    def __init__(self) -> None:
+        self._armed: tuple[Deadlines, Deadline] | None = None
+
+    def arm(self, delay: float, fire: Callable[[], None]) -> None:
+        self.stop()
+        wheel = deadlines()
+        self._armed = (wheel, wheel.after(delay, fire))
+
+    def stop(self) -> None:
+        if self._armed is not None:
+            (wheel, entry), self._armed = self._armed, None
+            wheel.cancel(entry)

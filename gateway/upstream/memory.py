@@ -10,7 +10,7 @@ from typing import Any
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from gateway.errors import UpstreamError
-from gateway.upstream.deadlines import Deadline, Deadlines, deadlines
+from gateway.upstream.deadlines import ResponseTimer
 from gateway.upstream.transport import UpstreamRequest
 
 __all__ = ["Handler", "MemoryResponse", "MemoryTransport"]
@@ -39,7 +39,7 @@ class MemoryResponse:
         self._error: BaseException | None = None
         self.closed = False
         self.eof = False
-        self._timer: tuple[Deadlines, Deadline] | None = None
+        self._timer = ResponseTimer()
 
     @property
     def status(self) -> int:
@@ -88,14 +88,10 @@ class MemoryResponse:
             self._failure.set_result(None)
 
     def fail_after(self, delay: float, error: Callable[[], BaseException]) -> None:
-        self.stop_timer()
-        wheel = deadlines()
-        self._timer = (wheel, wheel.after(delay, lambda: self.fail(error())))
+        self._timer.arm(delay, lambda: self.fail(error()))
 
     def stop_timer(self) -> None:
-        if self._timer is not None:
-            (wheel, entry), self._timer = self._timer, None
-            wheel.cancel(entry)
+        self._timer.stop()
 
     def close(self) -> None:
         self.stop_timer()
