@@ -18,7 +18,7 @@ from gateway.balancer import Balancer, UpstreamState
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.config import GatewayConfig, load_config
 from gateway.cors import cors_headers
-from gateway.edge import BodyTimeout, connection_of
+from gateway.edge import BodyTimeout, edge_middleware_with
 from gateway.errors import ConfigError, UpstreamError
 from gateway.exchange import Env
 from gateway.exchange.kept import KeptStore
@@ -74,7 +74,7 @@ def create_app(config: GatewayConfig, *, config_path: str | Path | None = None,
     # 3 µs even for a filtered-out event), and every request logs. Logging is configured before
     # an app is created (serve, and the tests that capture logs).
     log = get_logger().bind()
-    app = web.Application(middlewares=[_edge_errors],
+    app = web.Application(middlewares=[edge_middleware_with(_error_answer)],
                           client_max_size=config.server.max_body_bytes)
     m = metrics or Metrics()
     states: dict[str, UpstreamState] = {}
@@ -244,38 +244,19 @@ async def _check(transport: Transport, state: UpstreamState, runtime: Runtime) -
         state.failed(runtime.config.health)  # at the state's own clock, the app's health clock
 
 
-@web.middleware
-async def _edge_errors(request: web.Request, handler: Any) -> web.StreamResponse:
-    """:func:`gateway.edge.edge_middleware` (the edge is told while a handler runs) and the
-    answers to what a handler raised, in one layer: every request passes it, and every
-    suspension of a handler resumes each coroutine around it."""
-    conn = connection_of(request)
-    if conn is not None:
-        conn.request_started(request)
-    try:
-        try:
-            response: web.StreamResponse = await handler(request)
-        except web.HTTPException as e:
-            if e.status >= 400:
-                response = handlers.json_error(e.status, e.reason,
-                                               e.reason.upper().replace(" ", "_"))
-            else:
-                raise
-        except (asyncio.CancelledError, ConnectionError):
-            raise
-        except BodyTimeout:  # a handler that reads a body (history): closed after this
-            response = handlers.json_error(408, "the request body did not arrive in time",
-                                           "REQUEST_TIMEOUT")
-            response.force_close()
-        except Exception:
-            request.app[LOG].exception("internal_error", path=request.path)
-            response = handlers.json_error(500, "internal gateway error", "INTERNAL_ERROR")
-        if conn is not None and request.content.exception() is not None:
-            response.force_close()  # its body timed out (the edge): closed after the answer
+def _error_answer(request: web.Request, e: Exception) -> web.StreamResponse:
+    """The main app's answer to what a handler raised (the edge's middleware calls it)."""
+    if isinstance(e, web.HTTPException):
+        if e.status >= 400:
+            return handlers.json_error(e.status, e.reason, e.reason.upper().replace(" ", "_"))
+        raise e
+    if isinstance(e, BodyTimeout):  # a handler that reads a body (history): closed after this
+        response = handlers.json_error(408, "the request body did not arrive in time",
+                                       "REQUEST_TIMEOUT")
+        response.force_close()
         return response
-    finally:
-        if conn is not None:
-            conn.request_ended()
+    request.app[LOG].exception("internal_error", path=request.path)
+    return handlers.json_error(500, "internal gateway error", "INTERNAL_ERROR")
 
 
 async def _cors(request: web.Request, response: web.StreamResponse) -> None:

@@ -40,13 +40,14 @@ from typing import Any, cast
 
 from aiohttp import web
 from aiohttp.http import HttpProcessingError
+from aiohttp.typedefs import Middleware
 
 from gateway.config import ServerConfig
 from gateway.log import get_logger
 
 __all__ = ["BadRequestLog", "BodyTimeout", "Edge", "EdgeConnection", "EdgeListener",
-           "connection_of", "default_max_connections", "edge_for", "edge_middleware",
-           "raise_file_limit"]
+           "ErrorAnswer", "connection_of", "default_max_connections", "edge_for",
+           "edge_middleware", "edge_middleware_with", "raise_file_limit"]
 
 _REFUSED_BODY = b'{"error": {"message": "too many connections", "code": "OVERLOADED"}}'
 _REFUSED = (b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nRetry-After: 1\r\n"
@@ -250,22 +251,43 @@ def connection_of(request: web.BaseRequest) -> EdgeConnection | None:
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-@web.middleware
-async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Tells the edge when a request's handler runs (its head is complete), so that the
-    connection is neither timed out mid-answer nor left idle for longer than the head's
-    bound."""
-    conn = connection_of(request)
-    if conn is None:
-        return await handler(request)
-    conn.request_started(request)
-    try:
-        response = await handler(request)
-        if request.content.exception() is not None:  # its body timed out: close after answer
-            response.force_close()
-        return response
-    finally:
-        conn.request_ended()
+ErrorAnswer = Callable[[web.Request, Exception], web.StreamResponse]
+"""The answer to what a handler raised (or it raises again), called inside its ``except``."""
+
+
+def edge_middleware_with(answer: ErrorAnswer | None) -> Middleware:
+    """:func:`edge_middleware` that also answers what a handler raised with ``answer`` (the
+    main app's error answers): one layer, not two, as every suspension of a handler resumes
+    each coroutine around it."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Tells the edge when a request's handler runs (its head is complete), so that the
+        connection is neither timed out mid-answer nor left idle for longer than the head's
+        bound."""
+        conn = connection_of(request)
+        if conn is not None:
+            conn.request_started(request)
+        try:
+            try:
+                response = await handler(request)
+            except (asyncio.CancelledError, ConnectionError):
+                raise
+            except Exception as e:
+                if answer is None:
+                    raise
+                response = answer(request, e)
+            if conn is not None and request.content.exception() is not None:
+                response.force_close()  # its body timed out: closed after the answer
+            return response
+        finally:
+            if conn is not None:
+                conn.request_ended()
+
+    return middleware
+
+
+edge_middleware = edge_middleware_with(None)
 
 
 class BadRequestLog(logging.Filter):
