@@ -86,7 +86,7 @@ class Runtime:
         self.states = {name: states[name] for name in config.upstreams}
 
     def route_for(self, path: str) -> RouteEntry | None:
-        return self.routes.get(path.rstrip("/") or "/")  # (normalize_path's, inline: per request)
+        return self.routes.get(normalize_path(path))
 
     def target_for(self, path: str, method: str, query: Mapping[str, str],
                    ) -> tuple[RouteEntry, Target] | None:

@@ -22,9 +22,6 @@ from gateway.runtime import RouteEntry, Runtime
 
 __all__ = ["Keep", "read_chat_request"]
 
-_POST = ("POST",)
-
-
 @dataclass(frozen=True, slots=True)
 class Keep:
     """What resolving stored references needs (:mod:`gateway.exchange.kept`)."""
@@ -40,9 +37,7 @@ async def read_chat_request(request: ClientRequest, entry: RouteEntry, config: G
     """The client's request in canonical form (its stored references resolved, with ``keep``,
     on a route that keeps state at the gateway) and what keeps its answer, or
     :class:`Refused`."""
-    keys = config.auth.accepted_keys
-    if keys or request.method != "POST":  # (most requests: nothing to refuse, no call)
-        check_access(request, keys, _POST, "POST, OPTIONS")
+    check_access(request, config.auth.accepted_keys, ("POST",), "POST, OPTIONS")
     limit = config.server.max_body_bytes
     length = request.content_length
     try:
