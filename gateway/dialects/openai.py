@@ -67,6 +67,7 @@ from gateway.dialects.shared import (
     messages_of,
     openai_output_format,
     parse_openai_output_format,
+    plain_message,
     role_and_content,
 )
 from gateway.errors import DialectError
@@ -391,13 +392,10 @@ class OpenAIDialect(SamplesFromPackage):
 def _parse_messages(obj: dict[str, JSON]) -> list[Message]:
     out: list[Message] = []
     for i, raw in enumerate(messages_of(obj)):
-        if isinstance(raw, dict) and len(raw) == 2:
-            # the common message, {role, content} both strings (a tool message needs its call's
-            # id): what the full reading below would make of it, without its lookups
-            role, content = raw.get("role"), raw.get("content")
-            if isinstance(role, str) and isinstance(content, str) and role != "tool":
-                out.append(Message(role, content))
-                continue
+        plain = plain_message(raw)
+        if plain is not None and plain.role != "tool":  # (a tool message needs its call's id)
+            out.append(plain)
+            continue
         where = f"messages[{i}]"
         m = expect_object(raw, where)
         role, parts = role_and_content(m, where, _parse_parts)
@@ -825,12 +823,12 @@ class _Decoder:
         return [StreamError("the upstream stream ended before it finished")]
 
 
-_PLAIN_TEXT_TAIL = b'"},"logprobs":null,"finish_reason":null}]}'
-"""How :meth:`_Encoder._chunk` ends a text chunk's JSON, after its text."""
 _TEXT_HEAD = b',"choices":[{"index":0,"delta":{"content":'
 _TEXT_TAIL = b'},"logprobs":null,"finish_reason":null}]}'
 """How :meth:`_Encoder._chunk` writes a text chunk around its text (a JSON string), after the
 prefix."""
+_PLAIN_TEXT_TAIL = b'"' + _TEXT_TAIL
+"""The same after a text's string body (``plain_texts``)."""
 
 
 class _Encoder:
@@ -866,7 +864,7 @@ class _Encoder:
         if self._first or self._closed or self._agent is not None:
             return None
         self._spoke = True
-        head = self._prefix + b',"choices":[{"index":0,"delta":{"content":"'
+        head = self._prefix + _TEXT_HEAD + b'"'
         return [b"".join((head, t, _PLAIN_TEXT_TAIL)) for t in texts]
 
     def _start(self) -> list[Payload]:

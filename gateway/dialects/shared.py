@@ -35,6 +35,7 @@ __all__ = [
     "openai_output_format",
     "parse_messages",
     "parse_openai_output_format",
+    "plain_message",
     "render_text_messages",
     "request_context",
     "role_and_content",
@@ -75,6 +76,16 @@ def split_known(obj: dict[str, JSON], known: frozenset[str]) -> dict[str, JSON]:
 _MESSAGE_KEYS = frozenset({"role", "content", "context", "name"})
 
 
+def plain_message(raw: JSON) -> Message | None:
+    """The common message, ``{role, content}`` both strings, as a dialect's full reading makes
+    it (without its lookups), or ``None`` for any other shape."""
+    if isinstance(raw, dict) and len(raw) == 2:
+        role, content = raw.get("role"), raw.get("content")
+        if isinstance(role, str) and isinstance(content, str):
+            return Message(role, content)
+    return None
+
+
 def parse_messages(body: dict[str, JSON], *, name_key: str = "name",
                    parse_content: ReadParts | None = None) -> list[Message]:
     """The ``messages`` list every chat dialect has: ``role``, ``content`` (a string, or a list
@@ -84,13 +95,10 @@ def parse_messages(body: dict[str, JSON], *, name_key: str = "name",
     read_parts = parse_content or text_parts
     out: list[Message] = []
     for i, raw in enumerate(messages_of(body)):
-        if isinstance(raw, dict) and len(raw) == 2:
-            # the common message, {role, content} both strings: what the full reading below
-            # would make of it, without its lookups
-            role, content = raw.get("role"), raw.get("content")
-            if isinstance(role, str) and isinstance(content, str):
-                out.append(Message(role, content))
-                continue
+        plain = plain_message(raw)
+        if plain is not None:
+            out.append(plain)
+            continue
         where = f"messages[{i}]"
         m = expect_object(raw, where)
         role, parsed = role_and_content(m, where, read_parts)
