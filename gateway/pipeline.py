@@ -245,6 +245,15 @@ class ResponseAssembler:
             case _:
                 assert_never(event)
 
+    def add_texts(self, texts: list[str]) -> None:
+        """As :meth:`add` of ``TextDelta(t)`` (no agent, no message id) for each of ``texts``."""
+        if not texts:
+            return
+        agents = self._agents
+        if not agents or agents[-1][0] is not None:
+            agents.append((None, [], None))
+        agents[-1][1].extend(texts)
+
     @property
     def error(self) -> StreamError | None:
         return self._error

@@ -15,7 +15,8 @@ The accelerators, by name (:data:`ACCELERATORS`):
 ``runs``
     With ``templates``: the text frames that follow one another in a read are read at once (a
     :class:`TextRun`), passed on as their bytes on an identity route, or written by an encoder
-    that takes their texts as they are (``plain_texts``) on another.
+    that takes their texts as they are (``plain_texts``) on another; a whole answer assembled
+    from a stream appends their texts at once.
 
 :func:`stream_translator` and :func:`stream_assembler` build the plain path's objects with the
 accelerators asked for (all of them by default).
@@ -52,6 +53,7 @@ from gateway.pipeline import (
 __all__ = [
     "ACCELERATORS",
     "Accelerate",
+    "FastStreamAssembler",
     "FastStreamTranslator",
     "TemplateDecoding",
     "accelerators",
@@ -97,11 +99,14 @@ def stream_translator(
 def stream_assembler(upstream: Dialect, max_size: int = DEFAULT_MAX_LINE,
                      scrub: Scrub | None = None, *,
                      accelerate: Accelerate = True) -> StreamAssembler:
-    """A :class:`StreamAssembler` that reads text frames by their template when asked (the only
-    accelerator a whole answer has a use for)."""
+    """A :class:`StreamAssembler` that reads text frames by their template, and runs of them at
+    once, when asked (``forward`` is of no use to a whole answer)."""
+    chosen = accelerators(accelerate)
     decoding = None
-    if "templates" in accelerators(accelerate):
+    if "templates" in chosen:
         decoding = TemplateDecoding.of(upstream, max_size, scrub)
+        if decoding is not None and "runs" in chosen:
+            return FastStreamAssembler(upstream, max_size, scrub, decoding=decoding)
     return StreamAssembler(upstream, max_size, scrub, decoding=decoding)
 
 
@@ -332,3 +337,43 @@ class FastStreamTranslator(StreamTranslator):
                 return self._frames(payloads)
         return self._events([TextDelta(t.decode()) for t in run.texts()])
 
+
+class FastStreamAssembler(StreamAssembler):
+    """:class:`StreamAssembler` whose decoding gives runs of text frames (:class:`TextRun`): a
+    run its decoding takes is the TextDeltas decoding its frames gives (the dialect's promise),
+    their texts added at once; one it does not take is read frame by frame. The same answer,
+    error and counts after each read."""
+
+    __slots__ = ("_runs",)
+
+    def __init__(self, upstream: Dialect, max_size: int, scrub: Scrub | None, *,
+                 decoding: TemplateDecoding) -> None:
+        super().__init__(upstream, max_size, scrub, decoding=decoding)
+        self._runs = decoding
+        decoding.allow_runs()
+
+    def feed(self, data: bytes) -> None:
+        # (StreamDecoding.feed, with runs)
+        runs = self._runs
+        if runs.ended:
+            return
+        assembler = self._assembler
+        payloads = runs.payloads(data)
+        if isinstance(payloads, StreamError):
+            assembler.add(payloads)
+            return
+        i = 0
+        while i < len(payloads):
+            payload = payloads[i]
+            i += 1
+            if type(payload) is TextRun:
+                if runs.take_run(payload):
+                    # One piece, decoded once: a message's text is its pieces joined
+                    assembler.add_texts([payload.text()])
+                else:
+                    payloads[i:i] = payload.slots()  # read one by one, as they would have been
+                continue
+            for event in runs.decode(payload):
+                assembler.add(event)
+            if runs.ended:
+                break

@@ -12,6 +12,7 @@ declarations.
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import re
@@ -36,12 +37,14 @@ from gateway.canonical import (
     use_id_source,
 )
 from gateway.dialects import DIALECTS, Dialect
-from gateway.framing import encoder_for
-from gateway.pipeline import StreamTranslator
+from gateway.framing import TextRun, encoder_for
+from gateway.pipeline import ResponseAssembler, StreamTranslator, optional
 from gateway.pipeline_fast import (
     ACCELERATORS,
     Accelerate,
+    FastStreamAssembler,
     FastStreamTranslator,
+    TemplateDecoding,
     accelerators,
     stream_assembler,
     stream_translator,
@@ -217,19 +220,82 @@ def test_damaged_streams_are_the_same_with_accelerators(
             translated(u, c, req, reads, False, False, policy), name
 
 
+def grouped(d: Dialect, body: bytes) -> Iterator[tuple[str, list[bytes]]]:
+    """``(how, reads)``: reads of several whole frames each (runs of text frames, cut where one
+    read ends), and the body cut in two or three inside frames."""
+    frames = _frames(d, body)
+    for k in (2, 3, 7):
+        yield f"by{k}", [b"".join(frames[i:i + k]) for i in range(0, len(frames), k)]
+    for n in (2, 3):
+        edges = [len(body) * i // n for i in range(n + 1)]
+        yield f"cut{n}", [body[a:b] for a, b in itertools.pairwise(edges)]
+
+
+def assembled(u: Dialect, reads: list[bytes], accelerate: Accelerate) -> tuple[Any, ...]:
+    asm = stream_assembler(u, accelerate=accelerate)
+    assert isinstance(asm, FastStreamAssembler) == (
+        "runs" in accelerators(accelerate) and optional(u, "text_path") is not None)
+    read = []
+    for r in reads:
+        asm.feed(r)
+        read.append((asm.events_read(), asm.error, asm.broken))
+    resp = asm.finish()
+    return resp, asm.error, asm.broken, asm.events_read(), read
+
+
 @pytest.mark.parametrize("up", list(DIALECTS), ids=list(DIALECTS))
-def test_an_assembled_answer_is_the_same_with_templates(up: str) -> None:
+def test_an_assembled_answer_is_the_same_with_templates_and_runs(up: str) -> None:
+    """The same answer, error and counts (after each read too) with templates, with templates
+    and runs, and with neither."""
     u = DIALECTS[up]
     for name, body, _ in upstream_streams(up):
-        for how, reads, _aborted in readings(u, name, body):
-            answers = []
-            for accelerate in (False, True):
-                asm = stream_assembler(u, accelerate=accelerate)
-                for r in reads:
-                    asm.feed(r)
-                resp = asm.finish()
-                answers.append((resp, asm.error, asm.broken, asm.events_read()))
-            assert answers[0] == answers[1], (name, how)
+        ways = [(how, reads) for how, reads, _aborted in readings(u, name, body)]
+        for how, reads in [*ways, *grouped(u, body)]:
+            plain = assembled(u, reads, False)
+            for accelerate in ({"templates"}, {"templates", "runs"}, True):
+                assert assembled(u, reads, accelerate) == plain, (name, how, accelerate)
+
+
+def test_an_assembled_answer_holds_each_text_of_a_run_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """(What the test above compares is not two ways that never differ.) A stream of texts, read
+    whole and in reads of a few frames, is answered with those texts, each once, whatever runs
+    were taken; and some upstreams' are taken."""
+    taken: list[TextRun] = []
+    added: list[str] = []
+    take_run, add_texts = TemplateDecoding.take_run, ResponseAssembler.add_texts
+
+    def took(self: TemplateDecoding, run: TextRun) -> bool:
+        if take_run(self, run):
+            taken.append(run)
+            return True
+        return False
+
+    def adds(self: ResponseAssembler, texts: list[str]) -> None:
+        added.extend(texts)
+        add_texts(self, texts)
+
+    monkeypatch.setattr(TemplateDecoding, "take_run", took)
+    monkeypatch.setattr(ResponseAssembler, "add_texts", adds)
+    ran: set[str] = set()
+    for name, u in DIALECTS.items():
+        body = _encoded(u, [StreamStart(model="m"), *(TextDelta(t) for t in TEXTS),
+                            StreamFinish("stop")])
+        frames = _frames(u, body)
+        for reads in ([body], [b"".join(frames[i:i + 5]) for i in range(0, len(frames), 5)]):
+            taken.clear()
+            added.clear()
+            asm = stream_assembler(u)
+            for r in reads:
+                asm.feed(r)
+            resp = asm.finish()
+            assert asm.error is None, name
+            assert [m.content for m in resp.messages] == ["".join(TEXTS)], name
+            assert "".join(added) == "".join(run.text() for run in taken), name
+            if taken:
+                ran.add(name)
+                assert sum(run.count for run in taken) < len(TEXTS), name
+    assert ran
 
 
 # --- the accelerators are used, and switched ---------------------------------------------------
