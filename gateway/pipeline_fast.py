@@ -171,6 +171,16 @@ class TemplateDecoding(StreamDecoding):
             self._again(run.chars)
         return True
 
+    def take_slots(self, slots: list[Slot], start: int) -> bool:
+        """As :meth:`take_run`, for the frames of a run it did not take, cut into ``slots``, from
+        ``start`` on, once the ones before were decoded (and one of them read as text alone)."""
+        if not self._text_alone or self.ended:
+            return False
+        self.events += len(slots) - start
+        if self._again is not None:
+            self._again(sum(len(slot.text) for slot in slots[start:]))
+        return True
+
     def decode(self, payload: Any) -> list[StreamEvent]:
         if type(payload) is not Slot:
             self._text_alone = False
@@ -341,8 +351,8 @@ class FastStreamTranslator(StreamTranslator):
 class FastStreamAssembler(StreamAssembler):
     """:class:`StreamAssembler` whose decoding gives runs of text frames (:class:`TextRun`): a
     run its decoding takes is the TextDeltas decoding its frames gives (the dialect's promise),
-    their texts added at once; one it does not take is read frame by frame. The same answer,
-    error and counts after each read."""
+    their texts added at once; one it does not take is read frame by frame, until its decoding
+    would take the rest. The same answer, error and counts after each read."""
 
     __slots__ = ("_runs",)
 
@@ -362,18 +372,28 @@ class FastStreamAssembler(StreamAssembler):
         if isinstance(payloads, StreamError):
             assembler.add(payloads)
             return
-        i = 0
-        while i < len(payloads):
-            payload = payloads[i]
-            i += 1
+        for payload in payloads:
             if type(payload) is TextRun:
                 if runs.take_run(payload):
                     # One piece, decoded once: a message's text is its pieces joined
                     assembler.add_texts([payload.text()])
                 else:
-                    payloads[i:i] = payload.slots()  # read one by one, as they would have been
-                continue
-            for event in runs.decode(payload):
-                assembler.add(event)
+                    self._slots(payload.slots())
+            else:
+                for event in runs.decode(payload):
+                    assembler.add(event)
             if runs.ended:
                 break
+
+    def _slots(self, slots: list[Slot]) -> None:
+        """A run not taken, read one by one until a frame of it is read as text alone (a
+        message's first text, named by its id, is not), the rest then taken at once."""
+        runs, assembler = self._runs, self._assembler
+        for k, slot in enumerate(slots, 1):
+            for event in runs.decode(slot):
+                assembler.add(event)
+            if runs.ended:
+                return
+            if k < len(slots) and runs.take_slots(slots, k):
+                assembler.add_texts([rest.text for rest in slots[k:]])
+                return
