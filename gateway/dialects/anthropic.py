@@ -75,7 +75,7 @@ from gateway.dialects.base import (
 )
 from gateway.dialects.shared import messages_of
 from gateway.errors import DialectError
-from gateway.framing import Framing, Named, Payload, RawData, TextPath, named
+from gateway.framing import Framing, Named, Payload, RawData, TextPath
 
 __all__ = ["AnthropicDialect"]
 
@@ -98,6 +98,14 @@ _SYSTEM_SEPARATOR = "\n\n"
 
 _TEXT_DELTA_HEAD = b'{"type":"content_block_delta","index":'
 _TEXT_DELTA_MID = b',"delta":{"type":"text_delta","text":'
+# The other frames every text answer writes, put together around what varies in them (the
+# bytes _Encoder._emit would write for the same dicts)
+_BLOCK_STOP_HEAD = b'{"type":"content_block_stop","index":'
+_TEXT_START_HEAD = b'{"type":"content_block_start","index":'
+_TEXT_START_TAIL = b',"content_block":{"type":"text","text":""}}'
+_MESSAGE_DELTA_HEAD = b'{"type":"message_delta","delta":{"stop_reason":'
+_MESSAGE_DELTA_MID = b',"stop_sequence":null},"usage":'
+_MESSAGE_STOP = b'{"type":"message_stop"}'
 _STOP_IN = {
     "end_turn": "stop",
     "stop_sequence": "stop",
@@ -1425,12 +1433,10 @@ class _Encoder:
                     self._flush(out)
                 self._closed = True
                 reason = event.reason or ("tool_calls" if self._calls_seen else None)
-                usage = _delta_usage(event.usage)
-                self._emit(out, "message_delta", {
-                    "type": "message_delta",
-                    "delta": {"stop_reason": _stop_out(reason), "stop_sequence": None},
-                    "usage": usage})
-                self._emit(out, "message_stop", {"type": "message_stop"})
+                out.append(Named("message_delta", b"".join((
+                    _MESSAGE_DELTA_HEAD, orjson.dumps(_stop_out(reason)), _MESSAGE_DELTA_MID,
+                    orjson.dumps(_delta_usage(event.usage)), b"}"))))
+                out.append(Named("message_stop", _MESSAGE_STOP))
                 return out
             case StreamError():
                 self._closed = True
@@ -1452,7 +1458,7 @@ class _Encoder:
             return None
         self._spoke = True
         head = b"".join((_TEXT_DELTA_HEAD, str(self._index).encode(), _TEXT_DELTA_MID, b'"'))
-        return [named("content_block_delta", b"".join((head, t, b'"}}'))) for t in texts]
+        return [Named("content_block_delta", head + t + b'"}}') for t in texts]
 
     def _content(self, event: StreamEvent, out: list[Payload]) -> None:
         """A content event: sent now, or held while an unfinished call's block is open."""
@@ -1478,10 +1484,13 @@ class _Encoder:
                 self._spoke = True
                 if self._open != "text":
                     self._close(out)
-                    self._block(out, {"type": "text", "text": ""}, "text")
+                    out.append(Named("content_block_start", b"".join((
+                        _TEXT_START_HEAD, str(self._index).encode(), _TEXT_START_TAIL))))
+                    self._open = "text"
+                    self._thinking_signed = False
                 # Nearly every event of a stream: its JSON put together from parts (the bytes
                 # self._delta would write, without building two dicts each time).
-                out.append(named("content_block_delta", b"".join((
+                out.append(Named("content_block_delta", b"".join((
                     _TEXT_DELTA_HEAD, str(self._index).encode(), _TEXT_DELTA_MID,
                     orjson.dumps(text), b"}}"))))
             case ReasoningDelta():
@@ -1559,11 +1568,11 @@ class _Encoder:
             self._close_index(out)
 
     def _close_index(self, out: list[Payload]) -> None:
-        self._emit(out, "content_block_stop", {"type": "content_block_stop",
-                                               "index": self._index})
+        out.append(Named("content_block_stop", b"".join((
+            _BLOCK_STOP_HEAD, str(self._index).encode(), b"}"))))
         self._index += 1
         self._open = None
 
     @staticmethod
     def _emit(out: list[Payload], name: str, data: dict[str, Any]) -> None:
-        out.append(named(name, orjson.dumps(data)))
+        out.append(Named(name, orjson.dumps(data)))
