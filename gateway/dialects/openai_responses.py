@@ -1345,7 +1345,8 @@ class _Decoder:
     # - the events read, one method each (_READERS) -
 
     def _output_text_delta(self, p: dict[str, Any], events: list[StreamEvent]) -> None:
-        self._text(p, "text", _index(p, "content_index"), _delta(p), events)
+        part, delta = _index(p, "content_index"), _delta(p)
+        self._text((_index(p, "output_index"), "text", part), delta, events)
 
     def _output_text_done(self, p: dict[str, Any], events: list[StreamEvent]) -> None:
         self._rest(p, "text", _index(p, "content_index"), p.get("text"), events)
@@ -1363,13 +1364,15 @@ class _Decoder:
         self._arguments(_index(p, "output_index"), p.get("input"), events, rest=True)
 
     def _summary_delta(self, p: dict[str, Any], events: list[StreamEvent]) -> None:
-        self._text(p, "summary", _index(p, "summary_index"), _delta(p), events)
+        part, delta = _index(p, "summary_index"), _delta(p)
+        self._text((_index(p, "output_index"), "summary", part), delta, events)
 
     def _summary_done(self, p: dict[str, Any], events: list[StreamEvent]) -> None:
         self._rest(p, "summary", _index(p, "summary_index"), p.get("text"), events)
 
     def _reasoning_delta(self, p: dict[str, Any], events: list[StreamEvent]) -> None:
-        self._text(p, "reasoning", _index(p, "content_index"), _delta(p), events)
+        part, delta = _index(p, "content_index"), _delta(p)
+        self._text((_index(p, "output_index"), "reasoning", part), delta, events)
 
     def _reasoning_done(self, p: dict[str, Any], events: list[StreamEvent]) -> None:
         self._rest(p, "reasoning", _index(p, "content_index"), p.get("text"), events)
@@ -1404,13 +1407,12 @@ class _Decoder:
             self._last_reasoning = None
         events.append(event)
 
-    def _text(self, p: dict[str, Any], kind: str, part: int, delta: str,
-              events: list[StreamEvent]) -> None:
-        key = (_index(p, "output_index"), kind, part)
+    def _text(self, key: tuple[int, str, int], delta: str, events: list[StreamEvent]) -> None:
+        """``delta`` of the text at ``key`` (output index, kind, part index)."""
         self._sent[key] = self._sent.get(key, 0) + len(delta)
         if not delta:
             return
-        if kind == "text":
+        if key[1] == "text":
             self._texted = key
             self._emit(events, TextDelta(delta))
             return
@@ -1421,12 +1423,15 @@ class _Decoder:
 
     def _rest(self, p: dict[str, Any], kind: str, part: int, whole: JSON,
               events: list[StreamEvent]) -> None:
-        if not isinstance(whole, str):
-            return
-        key = (_index(p, "output_index"), kind, part)
+        if isinstance(whole, str):
+            self._rest_at((_index(p, "output_index"), kind, part), whole, events)
+
+    def _rest_at(self, key: tuple[int, str, int], whole: str,
+                 events: list[StreamEvent]) -> None:
+        """What of ``whole``, the text at ``key``, its deltas had not given."""
         sent = self._sent.get(key, 0)
         if len(whole) > sent:
-            self._text(p, kind, part, whole[sent:], events)
+            self._text(key, whole[sent:], events)
 
     def _added(self, index: int, item: JSON, events: list[StreamEvent]) -> None:
         if not isinstance(item, dict):
@@ -1489,9 +1494,9 @@ class _Decoder:
                                               ("content", "reasoning_text", "reasoning")):
                 parts = item.get(key)
                 for j, part in enumerate(parts if isinstance(parts, list) else []):
-                    if isinstance(part, dict) and part.get("type") == part_kind:
-                        self._rest({"output_index": index}, sent_kind, j, part.get("text"),
-                                   events)
+                    if isinstance(part, dict) and part.get("type") == part_kind \
+                            and isinstance(text := part.get("text"), str):
+                        self._rest_at((index, sent_kind, j), text, events)
             encrypted = item.get("encrypted_content")
             if isinstance(encrypted, str):
                 events.append(ReasoningDelta(redacted=encrypted, dialect=NAME))
@@ -1506,7 +1511,9 @@ class _Decoder:
             key = _TEXT_KINDS.get(kind) if isinstance(kind, str) else None
             if key is None:
                 continue
-            self._rest({"output_index": index}, "text", j, part.get(key), events)
+            text = part.get(key)
+            if isinstance(text, str):
+                self._rest_at((index, "text", j), text, events)
             for a in part.get("annotations") or []:
                 cite = _citation(a) if isinstance(a, dict) else None
                 if cite is not None and cite not in self._citations:
@@ -1521,9 +1528,10 @@ class _Decoder:
         for i, item in enumerate(output if isinstance(output, list) else []):
             if isinstance(item, dict) and (i not in self._finished_items):
                 self._finish_item(i, item, events)  # items the stream never finished
-        for index in sorted(self._calls):
-            self._emit(events, ToolCallEnd(self._calls[index]))
-        self._calls.clear()
+        if self._calls:
+            for index in sorted(self._calls):
+                self._emit(events, ToolCallEnd(self._calls[index]))
+            self._calls.clear()
         self._done = True
         reason = _finish_of(response.get("status"), response.get("incomplete_details"),
                             self._ncalls > 0)
