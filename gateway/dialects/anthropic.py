@@ -194,6 +194,8 @@ def _str(v: JSON) -> str | None:
 
 
 def _int(v: JSON) -> int | None:
+    if type(v) is int:  # (nearly every value: a JSON integer, which no bool is)
+        return v
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
@@ -1182,9 +1184,10 @@ class _Decoder:
         kind = payload.get("type")
         if name == "error" or kind == "error":
             return self._error(payload)
-        events: list[StreamEvent] = []
+        events: list[StreamEvent]
         if kind == "content_block_delta" and self._started:
             # nearly every event: what the dispatch below comes to for it
+            events = []
             self._delta(payload, events)
             return events
         if kind == "message_start":
@@ -1194,16 +1197,17 @@ class _Decoder:
             message = message if isinstance(message, dict) else {}
             self._merge_usage(message.get("usage"))
             self._started = True
-            events.append(StreamStart(id=_str(message.get("id")), model=_str(message.get("model")),
-                                      usage=_usage_in(message.get("usage"))))
-            return events
+            return [StreamStart(id=_str(message.get("id")), model=_str(message.get("model")),
+                                usage=_usage_in(message.get("usage")))]
         if kind == "ping" or kind not in ("content_block_start", "content_block_delta",
                                           "content_block_stop", "message_delta",
                                           "message_stop"):
             return []  # new event types may be added: ignored
-        if not self._started:
+        if self._started:
+            events = []
+        else:
             self._started = True
-            events.append(StreamStart())
+            events = [StreamStart()]
         if kind == "content_block_start":
             self._start(payload, events)
         elif kind == "content_block_delta":
