@@ -75,7 +75,7 @@ from gateway.dialects.base import (
 )
 from gateway.dialects.shared import messages_of
 from gateway.errors import DialectError
-from gateway.framing import Framing, Named, Payload, RawData, TextPath, named
+from gateway.framing import Framing, Named, Payload, RawData, TextPath
 
 __all__ = ["AnthropicDialect"]
 
@@ -98,6 +98,14 @@ _SYSTEM_SEPARATOR = "\n\n"
 
 _TEXT_DELTA_HEAD = b'{"type":"content_block_delta","index":'
 _TEXT_DELTA_MID = b',"delta":{"type":"text_delta","text":'
+# The other frames every text answer writes, put together around what varies in them (the
+# bytes _Encoder._emit would write for the same dicts)
+_BLOCK_STOP_HEAD = b'{"type":"content_block_stop","index":'
+_TEXT_START_HEAD = b'{"type":"content_block_start","index":'
+_TEXT_START_TAIL = b',"content_block":{"type":"text","text":""}}'
+_MESSAGE_DELTA_HEAD = b'{"type":"message_delta","delta":{"stop_reason":'
+_MESSAGE_DELTA_MID = b',"stop_sequence":null},"usage":'
+_MESSAGE_STOP = b'{"type":"message_stop"}'
 _STOP_IN = {
     "end_turn": "stop",
     "stop_sequence": "stop",
@@ -186,6 +194,8 @@ def _str(v: JSON) -> str | None:
 
 
 def _int(v: JSON) -> int | None:
+    if type(v) is int:  # (nearly every value: a JSON integer, which no bool is)
+        return v
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
@@ -1174,9 +1184,10 @@ class _Decoder:
         kind = payload.get("type")
         if name == "error" or kind == "error":
             return self._error(payload)
-        events: list[StreamEvent] = []
+        events: list[StreamEvent]
         if kind == "content_block_delta" and self._started:
             # nearly every event: what the dispatch below comes to for it
+            events = []
             self._delta(payload, events)
             return events
         if kind == "message_start":
@@ -1186,16 +1197,17 @@ class _Decoder:
             message = message if isinstance(message, dict) else {}
             self._merge_usage(message.get("usage"))
             self._started = True
-            events.append(StreamStart(id=_str(message.get("id")), model=_str(message.get("model")),
-                                      usage=_usage_in(message.get("usage"))))
-            return events
+            return [StreamStart(id=_str(message.get("id")), model=_str(message.get("model")),
+                                usage=_usage_in(message.get("usage")))]
         if kind == "ping" or kind not in ("content_block_start", "content_block_delta",
                                           "content_block_stop", "message_delta",
                                           "message_stop"):
             return []  # new event types may be added: ignored
-        if not self._started:
+        if self._started:
+            events = []
+        else:
             self._started = True
-            events.append(StreamStart())
+            events = [StreamStart()]
         if kind == "content_block_start":
             self._start(payload, events)
         elif kind == "content_block_delta":
@@ -1425,12 +1437,10 @@ class _Encoder:
                     self._flush(out)
                 self._closed = True
                 reason = event.reason or ("tool_calls" if self._calls_seen else None)
-                usage = _delta_usage(event.usage)
-                self._emit(out, "message_delta", {
-                    "type": "message_delta",
-                    "delta": {"stop_reason": _stop_out(reason), "stop_sequence": None},
-                    "usage": usage})
-                self._emit(out, "message_stop", {"type": "message_stop"})
+                out.append(Named("message_delta", b"".join((
+                    _MESSAGE_DELTA_HEAD, orjson.dumps(_stop_out(reason)), _MESSAGE_DELTA_MID,
+                    orjson.dumps(_delta_usage(event.usage)), b"}"))))
+                out.append(Named("message_stop", _MESSAGE_STOP))
                 return out
             case StreamError():
                 self._closed = True
@@ -1452,7 +1462,7 @@ class _Encoder:
             return None
         self._spoke = True
         head = b"".join((_TEXT_DELTA_HEAD, str(self._index).encode(), _TEXT_DELTA_MID, b'"'))
-        return [named("content_block_delta", b"".join((head, t, b'"}}'))) for t in texts]
+        return [Named("content_block_delta", head + t + b'"}}') for t in texts]
 
     def _content(self, event: StreamEvent, out: list[Payload]) -> None:
         """A content event: sent now, or held while an unfinished call's block is open."""
@@ -1478,10 +1488,13 @@ class _Encoder:
                 self._spoke = True
                 if self._open != "text":
                     self._close(out)
-                    self._block(out, {"type": "text", "text": ""}, "text")
+                    out.append(Named("content_block_start", b"".join((
+                        _TEXT_START_HEAD, str(self._index).encode(), _TEXT_START_TAIL))))
+                    self._open = "text"
+                    self._thinking_signed = False
                 # Nearly every event of a stream: its JSON put together from parts (the bytes
                 # self._delta would write, without building two dicts each time).
-                out.append(named("content_block_delta", b"".join((
+                out.append(Named("content_block_delta", b"".join((
                     _TEXT_DELTA_HEAD, str(self._index).encode(), _TEXT_DELTA_MID,
                     orjson.dumps(text), b"}}"))))
             case ReasoningDelta():
@@ -1559,11 +1572,11 @@ class _Encoder:
             self._close_index(out)
 
     def _close_index(self, out: list[Payload]) -> None:
-        self._emit(out, "content_block_stop", {"type": "content_block_stop",
-                                               "index": self._index})
+        out.append(Named("content_block_stop", b"".join((
+            _BLOCK_STOP_HEAD, str(self._index).encode(), b"}"))))
         self._index += 1
         self._open = None
 
     @staticmethod
     def _emit(out: list[Payload], name: str, data: dict[str, Any]) -> None:
-        out.append(named(name, orjson.dumps(data)))
+        out.append(Named(name, orjson.dumps(data)))

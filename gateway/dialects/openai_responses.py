@@ -34,7 +34,7 @@ order both SDKs' accumulators hold a stream to, and :class:`_Decoder` for what i
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, assert_never
 
@@ -1311,12 +1311,13 @@ class _Decoder:
         name: str | None = None
         if isinstance(payload, Named):
             name, payload = payload.event, payload.data
-        if isinstance(payload, RawData):
-            if payload.text.strip() == "[DONE]":
-                return []  # some servers add it; the terminal event has already decided
-            raise DialectError("an event's data is not JSON", "stream")
-        if not isinstance(payload, dict):
-            raise DialectError("an event must be an object", "stream")
+        if type(payload) is not dict:
+            if isinstance(payload, RawData):
+                if payload.text.strip() == "[DONE]":
+                    return []  # some servers add it; the terminal event has already decided
+                raise DialectError("an event's data is not JSON", "stream")
+            if not isinstance(payload, dict):
+                raise DialectError("an event must be an object", "stream")
         kind = payload.get("type")
         if not isinstance(kind, str):
             if name is None and payload.get("error") is not None:
@@ -1325,78 +1326,93 @@ class _Decoder:
                 kind = name
             else:
                 raise DialectError("an event names no type", "stream")
-        events: list[StreamEvent] = []
-        if not self._started:
+        read = _READERS.get(kind)
+        if self._started:
+            if read is None:
+                return []  # lifecycle, content_part, summary_part, built-in tools' progress, …
+            events: list[StreamEvent] = []
+        else:
             self._started = True
             response = payload.get("response")
             r = response if isinstance(response, dict) else {}
-            events.append(StreamStart(id=_str(r.get("id")), created=_int(r.get("created_at")),
-                                      model=_str(r.get("model"))))
-        self._event(kind, payload, events)
+            events = [StreamStart(id=_str(r.get("id")), created=_int(r.get("created_at")),
+                                  model=_str(r.get("model")))]
+            if read is None:
+                return events
+        read(self, payload, events)
         return events
 
-    def _event(self, kind: str, p: dict[str, Any], events: list[StreamEvent]) -> None:
-        if kind not in _READ_EVENTS:
-            return  # lifecycle, content_part, summary_part, built-in tools' progress, …
-        match kind:
-            case "response.output_text.delta" | "response.refusal.delta":
-                self._text(p, "text", _index(p, "content_index"), _delta(p), events)
-            case "response.output_text.done" | "response.refusal.done":
-                key = "text" if kind == "response.output_text.done" else "refusal"
-                self._rest(p, "text", _index(p, "content_index"), p.get(key), events)
-            case "response.function_call_arguments.delta":
-                self._arguments(_index(p, "output_index"), _delta(p), events, rest=False)
-            case "response.function_call_arguments.done":
-                self._arguments(_index(p, "output_index"), p.get("arguments"), events, rest=True)
-            case "response.custom_tool_call_input.delta":
-                self._arguments(_index(p, "output_index"), _delta(p), events, rest=False)
-            case "response.custom_tool_call_input.done":
-                self._arguments(_index(p, "output_index"), p.get("input"), events, rest=True)
-            case "response.reasoning_summary_text.delta":
-                self._text(p, "summary", _index(p, "summary_index"), _delta(p), events)
-            case "response.reasoning_summary_text.done":
-                self._rest(p, "summary", _index(p, "summary_index"), p.get("text"), events)
-            case "response.reasoning_text.delta":
-                self._text(p, "reasoning", _index(p, "content_index"), _delta(p), events)
-            case "response.reasoning_text.done":
-                self._rest(p, "reasoning", _index(p, "content_index"), p.get("text"), events)
-            case "response.output_item.added":
-                self._added(_index(p, "output_index"), p.get("item"), events)
-            case "response.output_item.done":
-                item = p.get("item")
-                if not isinstance(item, dict):
-                    raise DialectError("an output_item.done event carries no item", "stream")
-                self._finish_item(_index(p, "output_index"), item, events)
-            case "response.output_text.annotation.added":
-                annotation = p.get("annotation")
-                cite = _citation(annotation) if isinstance(annotation, dict) else None
-                if cite is not None:
-                    self._citations.append(cite)
-                    self._emit(events, ContextUpdate(context_with_citations(self._citations)))
-            case "response.completed" | "response.incomplete":
-                self._terminal(p, events)
-            case "response.failed":
-                response = p.get("response")
-                err = response.get("error") if isinstance(response, dict) else None
-                self._fail(err if err is not None else "the upstream response failed", events)
-            case "error":
-                nested = p.get("error")
-                self._fail(nested if isinstance(nested, dict) else p, events)
-            case _:
-                pass  # lifecycle, content_part, summary_part, built-in tools' progress, …
+    # - the events read, one method each (_READERS) -
+
+    def _output_text_delta(self, p: dict[str, Any], events: list[StreamEvent]) -> None:
+        part, delta = _index(p, "content_index"), _delta(p)
+        self._text((_index(p, "output_index"), "text", part), delta, events)
+
+    def _output_text_done(self, p: dict[str, Any], events: list[StreamEvent]) -> None:
+        self._rest(p, "text", _index(p, "content_index"), p.get("text"), events)
+
+    def _refusal_done(self, p: dict[str, Any], events: list[StreamEvent]) -> None:
+        self._rest(p, "text", _index(p, "content_index"), p.get("refusal"), events)
+
+    def _arguments_delta(self, p: dict[str, Any], events: list[StreamEvent]) -> None:
+        self._arguments(_index(p, "output_index"), _delta(p), events, rest=False)
+
+    def _arguments_done(self, p: dict[str, Any], events: list[StreamEvent]) -> None:
+        self._arguments(_index(p, "output_index"), p.get("arguments"), events, rest=True)
+
+    def _input_done(self, p: dict[str, Any], events: list[StreamEvent]) -> None:
+        self._arguments(_index(p, "output_index"), p.get("input"), events, rest=True)
+
+    def _summary_delta(self, p: dict[str, Any], events: list[StreamEvent]) -> None:
+        part, delta = _index(p, "summary_index"), _delta(p)
+        self._text((_index(p, "output_index"), "summary", part), delta, events)
+
+    def _summary_done(self, p: dict[str, Any], events: list[StreamEvent]) -> None:
+        self._rest(p, "summary", _index(p, "summary_index"), p.get("text"), events)
+
+    def _reasoning_delta(self, p: dict[str, Any], events: list[StreamEvent]) -> None:
+        part, delta = _index(p, "content_index"), _delta(p)
+        self._text((_index(p, "output_index"), "reasoning", part), delta, events)
+
+    def _reasoning_done(self, p: dict[str, Any], events: list[StreamEvent]) -> None:
+        self._rest(p, "reasoning", _index(p, "content_index"), p.get("text"), events)
+
+    def _item_added(self, p: dict[str, Any], events: list[StreamEvent]) -> None:
+        self._added(_index(p, "output_index"), p.get("item"), events)
+
+    def _item_done(self, p: dict[str, Any], events: list[StreamEvent]) -> None:
+        item = p.get("item")
+        if not isinstance(item, dict):
+            raise DialectError("an output_item.done event carries no item", "stream")
+        self._finish_item(_index(p, "output_index"), item, events)
+
+    def _annotation_added(self, p: dict[str, Any], events: list[StreamEvent]) -> None:
+        annotation = p.get("annotation")
+        cite = _citation(annotation) if isinstance(annotation, dict) else None
+        if cite is not None:
+            self._citations.append(cite)
+            self._emit(events, ContextUpdate(context_with_citations(self._citations)))
+
+    def _response_failed(self, p: dict[str, Any], events: list[StreamEvent]) -> None:
+        response = p.get("response")
+        err = response.get("error") if isinstance(response, dict) else None
+        self._fail(err if err is not None else "the upstream response failed", events)
+
+    def _error_event(self, p: dict[str, Any], events: list[StreamEvent]) -> None:
+        nested = p.get("error")
+        self._fail(nested if isinstance(nested, dict) else p, events)
 
     def _emit(self, events: list[StreamEvent], event: StreamEvent) -> None:
         if not isinstance(event, ReasoningDelta):
             self._last_reasoning = None
         events.append(event)
 
-    def _text(self, p: dict[str, Any], kind: str, part: int, delta: str,
-              events: list[StreamEvent]) -> None:
-        key = (_index(p, "output_index"), kind, part)
+    def _text(self, key: tuple[int, str, int], delta: str, events: list[StreamEvent]) -> None:
+        """``delta`` of the text at ``key`` (output index, kind, part index)."""
         self._sent[key] = self._sent.get(key, 0) + len(delta)
         if not delta:
             return
-        if kind == "text":
+        if key[1] == "text":
             self._texted = key
             self._emit(events, TextDelta(delta))
             return
@@ -1407,12 +1423,15 @@ class _Decoder:
 
     def _rest(self, p: dict[str, Any], kind: str, part: int, whole: JSON,
               events: list[StreamEvent]) -> None:
-        if not isinstance(whole, str):
-            return
-        key = (_index(p, "output_index"), kind, part)
+        if isinstance(whole, str):
+            self._rest_at((_index(p, "output_index"), kind, part), whole, events)
+
+    def _rest_at(self, key: tuple[int, str, int], whole: str,
+                 events: list[StreamEvent]) -> None:
+        """What of ``whole``, the text at ``key``, its deltas had not given."""
         sent = self._sent.get(key, 0)
         if len(whole) > sent:
-            self._text(p, kind, part, whole[sent:], events)
+            self._text(key, whole[sent:], events)
 
     def _added(self, index: int, item: JSON, events: list[StreamEvent]) -> None:
         if not isinstance(item, dict):
@@ -1475,9 +1494,9 @@ class _Decoder:
                                               ("content", "reasoning_text", "reasoning")):
                 parts = item.get(key)
                 for j, part in enumerate(parts if isinstance(parts, list) else []):
-                    if isinstance(part, dict) and part.get("type") == part_kind:
-                        self._rest({"output_index": index}, sent_kind, j, part.get("text"),
-                                   events)
+                    if isinstance(part, dict) and part.get("type") == part_kind \
+                            and isinstance(text := part.get("text"), str):
+                        self._rest_at((index, sent_kind, j), text, events)
             encrypted = item.get("encrypted_content")
             if isinstance(encrypted, str):
                 events.append(ReasoningDelta(redacted=encrypted, dialect=NAME))
@@ -1492,7 +1511,9 @@ class _Decoder:
             key = _TEXT_KINDS.get(kind) if isinstance(kind, str) else None
             if key is None:
                 continue
-            self._rest({"output_index": index}, "text", j, part.get(key), events)
+            text = part.get(key)
+            if isinstance(text, str):
+                self._rest_at((index, "text", j), text, events)
             for a in part.get("annotations") or []:
                 cite = _citation(a) if isinstance(a, dict) else None
                 if cite is not None and cite not in self._citations:
@@ -1507,9 +1528,10 @@ class _Decoder:
         for i, item in enumerate(output if isinstance(output, list) else []):
             if isinstance(item, dict) and (i not in self._finished_items):
                 self._finish_item(i, item, events)  # items the stream never finished
-        for index in sorted(self._calls):
-            self._emit(events, ToolCallEnd(self._calls[index]))
-        self._calls.clear()
+        if self._calls:
+            for index in sorted(self._calls):
+                self._emit(events, ToolCallEnd(self._calls[index]))
+            self._calls.clear()
         self._done = True
         reason = _finish_of(response.get("status"), response.get("incomplete_details"),
                             self._ncalls > 0)
@@ -1529,17 +1551,31 @@ class _Decoder:
         return [StreamError("the upstream stream ended before its terminal event")]
 
 
-_READ_EVENTS = frozenset({
-    "response.output_text.delta", "response.refusal.delta", "response.output_text.done",
-    "response.refusal.done", "response.function_call_arguments.delta",
-    "response.function_call_arguments.done", "response.custom_tool_call_input.delta",
-    "response.custom_tool_call_input.done", "response.reasoning_summary_text.delta",
-    "response.reasoning_summary_text.done", "response.reasoning_text.delta",
-    "response.reasoning_text.done", "response.output_item.added", "response.output_item.done",
-    "response.output_text.annotation.added", "response.completed", "response.incomplete",
-    "response.failed", "error"})
-"""The event types :meth:`_Decoder._event` reads (the cases of its match): it passes over the
-others without trying each case."""
+_Read = Callable[[_Decoder, dict[str, Any], list[StreamEvent]], None]
+_READERS: dict[str, _Read] = {
+    "response.output_text.delta": _Decoder._output_text_delta,
+    "response.refusal.delta": _Decoder._output_text_delta,
+    "response.output_text.done": _Decoder._output_text_done,
+    "response.refusal.done": _Decoder._refusal_done,
+    "response.function_call_arguments.delta": _Decoder._arguments_delta,
+    "response.function_call_arguments.done": _Decoder._arguments_done,
+    "response.custom_tool_call_input.delta": _Decoder._arguments_delta,
+    "response.custom_tool_call_input.done": _Decoder._input_done,
+    "response.reasoning_summary_text.delta": _Decoder._summary_delta,
+    "response.reasoning_summary_text.done": _Decoder._summary_done,
+    "response.reasoning_text.delta": _Decoder._reasoning_delta,
+    "response.reasoning_text.done": _Decoder._reasoning_done,
+    "response.output_item.added": _Decoder._item_added,
+    "response.output_item.done": _Decoder._item_done,
+    "response.output_text.annotation.added": _Decoder._annotation_added,
+    "response.completed": _Decoder._terminal,
+    "response.incomplete": _Decoder._terminal,
+    "response.failed": _Decoder._response_failed,
+    "error": _Decoder._error_event,
+}
+"""The event types :class:`_Decoder` reads, each to the method that reads it: one lookup a
+frame, and none but this for the types it passes over (lifecycle, content_part, summary_part,
+built-in tools' progress, …)."""
 
 
 def _index(p: dict[str, Any], key: str) -> int:
@@ -2001,11 +2037,10 @@ class _Encoder:
             return
         p: dict[str, Any] = payload.data
         seq = p.get("sequence_number")
-        if isinstance(seq, int):
-            self._seq = max(self._seq, seq + 1)
+        if isinstance(seq, int) and seq >= self._seq:
+            self._seq = seq + 1
         kind = p.get("type")
-        response = p.get("response")
-        if kind == "response.created" and isinstance(response, dict):
+        if kind == "response.created" and isinstance(response := p.get("response"), dict):
             self._started = True
             if isinstance(response.get("id"), str):
                 self._id = response["id"]
@@ -2021,8 +2056,10 @@ class _Encoder:
         if kind == "response.output_item.added" and isinstance(item, dict):
             self._follow_added(index, item)
             return
-        followed = next((i for i in self._items if i.index == index), None)
-        if followed is None:
+        for followed in self._items:
+            if followed.index == index:
+                break
+        else:
             return
         delta = p.get("delta")
         if kind in _FOLLOWED_DELTAS and isinstance(delta, str):

@@ -728,6 +728,51 @@ def test_encoded_text_stream_passes_the_strict_reader() -> None:
     assert b'"id":"up-1"' in data
 
 
+def test_encoded_frames_are_the_compact_json_of_their_documented_fields() -> None:
+    """Each frame the encoder puts together from bytes (a text block's start, its deltas, a
+    block's stop, message_delta, message_stop) is the compact JSON of its event's fields in
+    the documented order, whatever the block's index, stop reason and usage."""
+    enc = A.encoder(CLIENT)
+    out = []
+    for event in [StreamStart(id="m1"), ReasoningDelta("think", dialect="anthropic"),
+                  TextDelta('a "q"\n'), ToolCallStart(0, "c1", "f"), ToolCallEnd(0),
+                  TextDelta("b"), StreamFinish("length", Usage(input_tokens=4, output_tokens=2))]:
+        out += enc.encode(event)
+    run = A.encoder(CLIENT)
+    out += run.encode(StreamStart())
+    out += run.encode(TextDelta("x"))
+    out += run.plain_texts([b"y", b"z\\n"]) or []
+    out += run.encode(StreamFinish(None))
+    frames = [(p.event, orjson.loads(p.data), p.data) for p in out]
+    assert all(data == orjson.dumps(value) for _, value, data in frames)
+    seen = [(name, value) for name, value, _ in frames if name != "message_start"]
+    text_start = {"type": "text", "text": ""}
+    assert [(n, v.get("index"), v.get("content_block")) for n, v in seen
+            if n in ("content_block_start", "content_block_stop")] == [
+        ("content_block_start", 0, {"type": "thinking", "thinking": "", "signature": ""}),
+        ("content_block_stop", 0, None), ("content_block_start", 1, text_start),
+        ("content_block_stop", 1, None),
+        ("content_block_start", 2, {"type": "tool_use", "id": "c1", "name": "f", "input": {}}),
+        ("content_block_stop", 2, None), ("content_block_start", 3, text_start),
+        ("content_block_stop", 3, None), ("content_block_start", 0, text_start),
+        ("content_block_stop", 0, None)]
+    texts = [(v["index"], v["delta"]) for n, v in seen if n == "content_block_delta"
+             and v["delta"]["type"] == "text_delta"]
+    assert texts == [(1, {"type": "text_delta", "text": 'a "q"\n'}),
+                     (3, {"type": "text_delta", "text": "b"}),
+                     (0, {"type": "text_delta", "text": "x"}),
+                     (0, {"type": "text_delta", "text": "y"}),
+                     (0, {"type": "text_delta", "text": "z\n"})]
+    ends = [v for n, v in seen if n in ("message_delta", "message_stop")]
+    assert ends == [
+        {"type": "message_delta", "delta": {"stop_reason": "max_tokens", "stop_sequence": None},
+         "usage": {"input_tokens": 4, "output_tokens": 2}},
+        {"type": "message_stop"},
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+         "usage": {"output_tokens": 0}},
+        {"type": "message_stop"}]
+
+
 def test_encoded_reasoning_then_text_then_tools() -> None:
     data = encode([StreamStart(), ReasoningDelta("think", dialect="anthropic"),
                    ReasoningDelta(signature="sig", dialect="anthropic"),

@@ -418,20 +418,26 @@ def test_encode_length_is_an_incomplete_response() -> None:
     assert events[-2]["item"]["status"] == "incomplete"
 
 
-def test_the_decoder_passes_over_only_the_events_it_has_no_case_for() -> None:
-    """``_READ_EVENTS`` lets through to the decoder's match exactly the types it has a case
-    for: a case that it left out would never run."""
-    import ast
-    import inspect
-    import textwrap
+def test_the_decoder_reads_sdk_event_types_and_passes_over_the_others() -> None:
+    """``_READERS`` names the event types the decoder reads, each one the SDK's
+    ``ResponseStreamEvent`` knows, to a method of the decoder; any other type is passed over
+    whatever it holds (after the start the first event gives), a read one is read."""
+    from typing import get_args
 
     from gateway.dialects import openai_responses as module
 
-    tree = ast.parse(textwrap.dedent(inspect.getsource(module._Decoder._event)))
-    cased = {node.value for match in ast.walk(tree) if isinstance(match, ast.Match)
-             for case in match.cases for node in ast.walk(case.pattern)
-             if isinstance(node, ast.Constant) and isinstance(node.value, str)}
-    assert cased == module._READ_EVENTS
+    union = get_args(ResponseStreamEvent)[0]
+    sdk = {get_args(m.model_fields["type"].annotation)[0] for m in get_args(union)}
+    assert set(module._READERS) <= sdk
+    assert all(getattr(module._Decoder, r.__name__) is r for r in module._READERS.values())
+    dec = D.decoder()
+    first = dec.decode({"type": "response.created", "response": {"id": "resp_1"}})
+    assert [type(e) for e in first] == [StreamStart] and first[0].id == "resp_1"
+    for kind in ("response.in_progress", "response.content_part.added",
+                 "response.web_search_call.searching", "response.some_new_event"):
+        assert dec.decode({"type": kind, "delta": 5, "output_index": -1}) == []
+    with pytest.raises(DialectError):
+        dec.decode({"type": "response.output_text.delta", "delta": 5})
 
 
 def test_text_deltas_are_the_documented_event_whatever_comes_between() -> None:
