@@ -821,9 +821,9 @@ class _Decoder:
 
 
 class _Encoder:
-    __slots__ = ("_agent", "_calls", "_closed", "_message", "_model", "_named", "_open_text",
-                 "_pending", "_reasoning", "_run", "_sealed", "_span", "_started", "_state",
-                 "_text_seen", "_thread", "_told")
+    __slots__ = ("_agent", "_calls", "_closed", "_head", "_head_of", "_message", "_model",
+                 "_named", "_open_text", "_pending", "_reasoning", "_run", "_sealed", "_span",
+                 "_started", "_state", "_text_seen", "_thread", "_told")
 
     def __init__(self, thread: str, run: str) -> None:
         self._thread, self._run = thread, run
@@ -843,6 +843,17 @@ class _Encoder:
         self._state: JSON = None
         self._model: str | None = None
         self._told: dict[JSON, JSON] = {}  # CUSTOM name -> the value last sent
+        self._head = b""
+        self._head_of: str | None = None
+        """:meth:`_content_head` for the message ``_head_of`` (the one it was last asked for)."""
+
+    def _content_head(self) -> bytes:
+        """A ``TEXT_MESSAGE_CONTENT`` event's bytes up to its text, for the open message (the
+        event :func:`_dump` writes, its text the only part that varies from one to the next)."""
+        if self._head_of != self._message:
+            self._head_of = self._message
+            self._head = b"".join((_CONTENT_HEAD, orjson.dumps(self._message), _DELTA_KEY))
+        return self._head
 
     def _start(self, state: JSON, context: JSON) -> list[Payload]:
         out: list[Payload] = []
@@ -933,12 +944,18 @@ class _Encoder:
         if self._closed or not self._started or not self._open_text or self._agent is not None \
                 or self._span is not None or self._reasoning is not None:
             return None
-        head = b"".join((_CONTENT_HEAD, orjson.dumps(self._message), _CONTENT_MID))
-        return [b"".join((head, t, b'"}')) for t in texts]
+        head = self._content_head()
+        return [b"".join((head, b'"', t, b'"}')) for t in texts]
 
     def encode(self, event: StreamEvent) -> list[Payload]:
         if self._closed:
             return []
+        if type(event) is TextDelta and self._open_text and event.agent == self._agent \
+                and self._span is None and self._reasoning is None and self._started:
+            # more text of the open message (the common event): its bytes around the text
+            if not event.text:
+                return []
+            return [b"".join((self._content_head(), orjson.dumps(event.text), b"}"))]
         match event:
             case StreamStart():
                 if event.model is not None:
@@ -962,8 +979,7 @@ class _Encoder:
                         start["name"] = event.agent
                     out.append(_dump(start))
                 if event.text:
-                    out.append(_dump({"type": "TEXT_MESSAGE_CONTENT", "messageId": self._message,
-                                      "delta": event.text}))
+                    out.append(b"".join((self._content_head(), orjson.dumps(event.text), b"}")))
                 return out
             case ReasoningDelta():
                 out = self._start(None, None) + self._close_text()
@@ -1028,9 +1044,9 @@ class _Encoder:
 
 
 _CONTENT_HEAD = b'{"type":"TEXT_MESSAGE_CONTENT","messageId":'
-_CONTENT_MID = b',"delta":"'
+_DELTA_KEY = b',"delta":'
 """A ``TEXT_MESSAGE_CONTENT`` event as :func:`_dump` writes it, around its message id and its
-text (:meth:`_Encoder.plain_texts`)."""
+text (:meth:`_Encoder._content_head`)."""
 
 
 def _dump(event: dict[str, JSON]) -> bytes:

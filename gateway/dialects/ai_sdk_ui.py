@@ -972,7 +972,8 @@ def _chunk(obj: dict[str, JSON]) -> bytes:
 
 class _Encoder:
     __slots__ = ("_agent", "_block", "_block_kind", "_calls", "_closed", "_data", "_mid",
-                 "_model", "_n", "_signed", "_sources", "_spoke", "_started", "_state")
+                 "_model", "_n", "_signed", "_sources", "_spoke", "_started", "_state",
+                 "_text_head")
 
     def __init__(self, message_id: str | None, model: str | None) -> None:
         self._mid = message_id
@@ -992,6 +993,9 @@ class _Encoder:
         self._state: JSON = None
         self._agent: str | None = None
         self._spoke = False
+        self._text_head: bytes | None = None
+        """While a text block is open: its ``text-delta`` chunk's bytes up to its text (the
+        chunk :func:`_chunk` writes, its text the only part that varies)."""
 
     def _start(self, start: StreamStart | None = None) -> list[Payload]:
         if self._started:
@@ -1013,7 +1017,7 @@ class _Encoder:
         meta = reasoning_metadata(self._signed) if self._signed is not None else None
         if meta is not None:
             end["providerMetadata"] = meta
-        self._block, self._signed = None, None
+        self._block, self._signed, self._text_head = None, None, None
         return [_chunk(end)]
 
     def _open(self, kind: str) -> list[Payload]:
@@ -1022,6 +1026,8 @@ class _Encoder:
         out = self._close()
         self._n += 1
         self._block, self._block_kind = f"{kind}-{self._n}", kind
+        if kind == "text":
+            self._text_head = b'{"type":"text-delta","id":"%s","delta":' % self._block.encode()
         out.append(_chunk({"type": f"{kind}-start", "id": self._block}))
         return out
 
@@ -1048,16 +1054,20 @@ class _Encoder:
 
     def plain_texts(self, texts: list[bytes]) -> list[Payload] | None:
         """:meth:`gateway.dialects.base.StreamEncoder` ``plain_texts``: inside a text block."""
-        if self._closed or self._block is None or self._block_kind != "text" \
-                or self._agent is not None:
+        head = self._text_head
+        if self._closed or head is None or self._agent is not None:
             return None
         self._spoke = True
-        head = b'{"type":"text-delta","id":"' + self._block.encode() + b'","delta":"'
-        return [b"".join((head, t, b'"}')) for t in texts]
+        return [b"".join((head, b'"', t, b'"}')) for t in texts]
 
     def encode(self, event: StreamEvent) -> list[Payload]:
         if self._closed:
             return []
+        head = self._text_head
+        if head is not None and type(event) is TextDelta and event.agent == self._agent:
+            # more text of the open text block (the common chunk): its bytes around the text
+            self._spoke = True
+            return [b"".join((head, orjson.dumps(event.text), b"}"))]
         match event:
             case StreamStart():
                 out = self._start(event)
@@ -1070,7 +1080,8 @@ class _Encoder:
                     self._agent = event.agent
                 self._spoke = True
                 out += self._open("text")
-                out.append(_chunk({"type": "text-delta", "id": self._block, "delta": text}))
+                assert self._text_head is not None  # (the text block _open leaves open)
+                out.append(b"".join((self._text_head, orjson.dumps(text), b"}")))
                 return out
             case ReasoningDelta():
                 out = self._start()
