@@ -98,6 +98,8 @@ PROTOCOL_VERSION = "1.0"
 
 _INPUT_KEYS = frozenset({"threadId", "runId", "parentRunId", "messages", "tools", "context",
                          "state", "forwardedProps"})
+_INPUT_READ = _INPUT_KEYS - {"forwardedProps", "threadId", "runId", "parentRunId"}
+"""The input's keys whose value a request's fields hold (the others stay in its extras too)."""
 _MESSAGE_KEYS = frozenset({"id", "role", "content", "name", "toolCalls", "toolCallId",
                            "error", "encryptedValue"})
 
@@ -335,8 +337,8 @@ def _render_messages(req: ChatRequest, same: bool) -> tuple[list[JSON], list[JSO
 
 
 def _read_props(props: JSON, req: ChatRequest) -> None:
-    if not isinstance(props, dict):
-        return
+    if not isinstance(props, dict) or not props:
+        return  # (HttpAgent's default is {}: nothing to read)
     model = props.get("model")
     if isinstance(model, str):
         req.model = model
@@ -562,8 +564,7 @@ class AgUiDialect(SamplesFromPackage):
             stream=False,  # HttpAgent's Accept: text/event-stream asks for the stream
             session_state=None if state == {} else state,
             tools=tools,
-            extras=split_known(obj, _INPUT_KEYS - {"forwardedProps", "threadId", "runId",
-                                                   "parentRunId"}),
+            extras=split_known(obj, _INPUT_READ),
             extras_dialect=NAME,
             hints=hints,
         )
@@ -659,6 +660,13 @@ class AgUiDialect(SamplesFromPackage):
 # --- an upstream agent's events to canonical events ----------------------------------------------
 
 
+_UNREAD = frozenset({"TEXT_MESSAGE_END", "TOOL_CALL_END", "REASONING_START", "REASONING_END",
+                     "REASONING_MESSAGE_START", "REASONING_MESSAGE_END", "STEP_STARTED",
+                     "STEP_FINISHED"})
+"""Events that bound what the others carry and give no event (the module's docstring): the
+common ones, answered before the kinds that are read are tried one by one."""
+
+
 class _Decoder:
     __slots__ = ("_answered", "_calls", "_ended", "_last", "_open_calls", "_roles", "_start",
                  "_started", "_state", "_told")
@@ -678,13 +686,16 @@ class _Decoder:
     def decode(self, payload: Any) -> list[StreamEvent]:
         if self._ended:
             return []
-        if isinstance(payload, RawData):
-            raise DialectError("an event's data is not JSON", "stream")
-        if isinstance(payload, list):  # the run's events as one JSON array: a whole answer
-            return [e for event in payload for e in self.decode(event)]
-        if not isinstance(payload, dict) or not isinstance(payload.get("type"), str):
+        if type(payload) is not dict:  # (an event object, nearly always, is tried first)
+            if isinstance(payload, RawData):
+                raise DialectError("an event's data is not JSON", "stream")
+            if isinstance(payload, list):  # the run's events as one JSON array: a whole answer
+                return [e for event in payload for e in self.decode(event)]
+            if not isinstance(payload, dict):
+                raise DialectError("an event must be an object with a type", "stream")
+        kind = payload.get("type")
+        if not isinstance(kind, str):
             raise DialectError("an event must be an object with a type", "stream")
-        kind = payload["type"]
         out: list[StreamEvent] = []
         if self._start is not None:
             # the run's state, when it comes first, is the start's (as other dialects send it)
@@ -701,6 +712,8 @@ class _Decoder:
                 self._start = start
                 return out
             out.append(start)
+        if kind in _UNREAD:
+            return out
         match kind:
             case "TEXT_MESSAGE_START":
                 mid, role, name = payload.get("messageId"), payload.get("role"), \
