@@ -721,14 +721,14 @@ class AISDKUIDialect(SamplesFromPackage):
                 c = _citation(p)
                 if c is not None:
                     citations.append(c)
-            elif isinstance(kind, str):
+            elif kind in (FOLLOWUPS, THOUGHTS):  # (the only data parts that hold context)
                 context = merge_context(context, _context_of_data(kind, p.get("data")))
         context = context_with_citations(citations, context)
         meta = obj.get("metadata")
         reason = meta.get("finishReason") if isinstance(meta, dict) else None
         model = meta.get("model") if isinstance(meta, dict) else None
         mid = obj.get("id")
-        extras = split_known(obj, frozenset({"role", "parts"}))
+        extras = split_known(obj, _MESSAGE_KEYS)
         extras["_seen"] = [parts, state, context]
         return ChatResponse(
             messages=[AssistantMessage(text, id=mid if isinstance(mid, str) else None,
@@ -780,6 +780,11 @@ class AISDKUIDialect(SamplesFromPackage):
 
 
 # --- streams -------------------------------------------------------------------------------------
+
+
+_UNREAD = frozenset({"start-step", "text-start", "text-end"})
+"""Chunks that carry nothing an event holds (a text block's bounds, a step's start): every
+answer has them, and they are answered before the chunk kinds are tried one by one."""
 
 
 class _Call:
@@ -871,7 +876,7 @@ class _Decoder:
                 "the upstream aborted the answer" if kind == "abort" else "upstream error")
             before = self._start() if self._pending is not None else []
             return [*before, StreamError(message)]
-        if self._finished:
+        if self._finished or kind in _UNREAD:
             return []  # after finish, only [DONE] or the body's end matter
         match kind:
             case "start":
