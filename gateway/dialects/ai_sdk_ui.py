@@ -301,8 +301,9 @@ def _tool_name(part: dict[str, JSON], kind: str, where: str) -> str:
 
 def _user_parts(parts: list[JSON], where: str) -> str | list[Part]:
     out: list[Part] = []
+    texts: list[str] = []  # the text parts' texts (all the content, when they are all parts)
     for j, raw in enumerate(parts):
-        p = expect_object(raw, f"{where}[{j}]")
+        p = raw if type(raw) is dict else expect_object(raw, f"{where}[{j}]")
         kind = p.get("type")
         if not isinstance(kind, str):
             raise DialectError("must be a string", f"{where}[{j}].type")
@@ -311,6 +312,7 @@ def _user_parts(parts: list[JSON], where: str) -> str | list[Part]:
             if not isinstance(text, str):
                 raise DialectError("must be a string", f"{where}[{j}].text")
             out.append(TextPart(text))
+            texts.append(text)
         elif kind == "file":
             url, media = p.get("url"), p.get("mediaType")
             if not isinstance(url, str) or not isinstance(media, str):
@@ -320,8 +322,8 @@ def _user_parts(parts: list[JSON], where: str) -> str | list[Part]:
             else:
                 out.append(OtherPart(NAME, "file", p))
         # step-start, source-* and data-* parts are the UI's, not model input
-    if all(isinstance(p, TextPart) for p in out):
-        return "".join(p.text for p in out if isinstance(p, TextPart))
+    if len(texts) == len(out):
+        return "".join(texts)
     return out
 
 
