@@ -874,7 +874,8 @@ class _Encoder:
             self._started = True
             out.append(_dump({"type": "RUN_STARTED", "threadId": self._thread,
                               "runId": self._run, "protocolVersion": PROTOCOL_VERSION}))
-        out += self._absorb(state, context)
+        if state is not None or context is not None:  # (every event but a start's has neither)
+            out += self._absorb(state, context)
         return out
 
     def _absorb(self, state: JSON, context: JSON) -> list[Payload]:
