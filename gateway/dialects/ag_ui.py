@@ -98,6 +98,8 @@ PROTOCOL_VERSION = "1.0"
 
 _INPUT_KEYS = frozenset({"threadId", "runId", "parentRunId", "messages", "tools", "context",
                          "state", "forwardedProps"})
+_INPUT_READ = _INPUT_KEYS - {"forwardedProps", "threadId", "runId", "parentRunId"}
+"""The input's keys whose value a request's fields hold (the others stay in its extras too)."""
 _MESSAGE_KEYS = frozenset({"id", "role", "content", "name", "toolCalls", "toolCallId",
                            "error", "encryptedValue"})
 
@@ -335,8 +337,8 @@ def _render_messages(req: ChatRequest, same: bool) -> tuple[list[JSON], list[JSO
 
 
 def _read_props(props: JSON, req: ChatRequest) -> None:
-    if not isinstance(props, dict):
-        return
+    if not isinstance(props, dict) or not props:
+        return  # (HttpAgent's default is {}: nothing to read)
     model = props.get("model")
     if isinstance(model, str):
         req.model = model
@@ -562,8 +564,7 @@ class AgUiDialect(SamplesFromPackage):
             stream=False,  # HttpAgent's Accept: text/event-stream asks for the stream
             session_state=None if state == {} else state,
             tools=tools,
-            extras=split_known(obj, _INPUT_KEYS - {"forwardedProps", "threadId", "runId",
-                                                   "parentRunId"}),
+            extras=split_known(obj, _INPUT_READ),
             extras_dialect=NAME,
             hints=hints,
         )
@@ -659,6 +660,13 @@ class AgUiDialect(SamplesFromPackage):
 # --- an upstream agent's events to canonical events ----------------------------------------------
 
 
+_UNREAD = frozenset({"TEXT_MESSAGE_END", "TOOL_CALL_END", "REASONING_START", "REASONING_END",
+                     "REASONING_MESSAGE_START", "REASONING_MESSAGE_END", "STEP_STARTED",
+                     "STEP_FINISHED"})
+"""Events that bound what the others carry and give no event (the module's docstring): the
+common ones, answered before the kinds that are read are tried one by one."""
+
+
 class _Decoder:
     __slots__ = ("_answered", "_calls", "_ended", "_last", "_open_calls", "_roles", "_start",
                  "_started", "_state", "_told")
@@ -678,13 +686,16 @@ class _Decoder:
     def decode(self, payload: Any) -> list[StreamEvent]:
         if self._ended:
             return []
-        if isinstance(payload, RawData):
-            raise DialectError("an event's data is not JSON", "stream")
-        if isinstance(payload, list):  # the run's events as one JSON array: a whole answer
-            return [e for event in payload for e in self.decode(event)]
-        if not isinstance(payload, dict) or not isinstance(payload.get("type"), str):
+        if type(payload) is not dict:  # (an event object, nearly always, is tried first)
+            if isinstance(payload, RawData):
+                raise DialectError("an event's data is not JSON", "stream")
+            if isinstance(payload, list):  # the run's events as one JSON array: a whole answer
+                return [e for event in payload for e in self.decode(event)]
+            if not isinstance(payload, dict):
+                raise DialectError("an event must be an object with a type", "stream")
+        kind = payload.get("type")
+        if not isinstance(kind, str):
             raise DialectError("an event must be an object with a type", "stream")
-        kind = payload["type"]
         out: list[StreamEvent] = []
         if self._start is not None:
             # the run's state, when it comes first, is the start's (as other dialects send it)
@@ -701,6 +712,8 @@ class _Decoder:
                 self._start = start
                 return out
             out.append(start)
+        if kind in _UNREAD:
+            return out
         match kind:
             case "TEXT_MESSAGE_START":
                 mid, role, name = payload.get("messageId"), payload.get("role"), \
@@ -821,9 +834,9 @@ class _Decoder:
 
 
 class _Encoder:
-    __slots__ = ("_agent", "_calls", "_closed", "_message", "_model", "_named", "_open_text",
-                 "_pending", "_reasoning", "_run", "_sealed", "_span", "_started", "_state",
-                 "_text_seen", "_thread", "_told")
+    __slots__ = ("_agent", "_calls", "_closed", "_head", "_head_of", "_message", "_model",
+                 "_named", "_open_text", "_pending", "_reasoning", "_run", "_sealed", "_span",
+                 "_started", "_state", "_text_seen", "_thread", "_told")
 
     def __init__(self, thread: str, run: str) -> None:
         self._thread, self._run = thread, run
@@ -843,6 +856,17 @@ class _Encoder:
         self._state: JSON = None
         self._model: str | None = None
         self._told: dict[JSON, JSON] = {}  # CUSTOM name -> the value last sent
+        self._head = b""
+        self._head_of: str | None = None
+        """:meth:`_content_head` for the message ``_head_of`` (the one it was last asked for)."""
+
+    def _content_head(self) -> bytes:
+        """A ``TEXT_MESSAGE_CONTENT`` event's bytes up to its text, for the open message (the
+        event :func:`_dump` writes, its text the only part that varies from one to the next)."""
+        if self._head_of != self._message:
+            self._head_of = self._message
+            self._head = b"".join((_CONTENT_HEAD, orjson.dumps(self._message), _DELTA_KEY))
+        return self._head
 
     def _start(self, state: JSON, context: JSON) -> list[Payload]:
         out: list[Payload] = []
@@ -850,7 +874,8 @@ class _Encoder:
             self._started = True
             out.append(_dump({"type": "RUN_STARTED", "threadId": self._thread,
                               "runId": self._run, "protocolVersion": PROTOCOL_VERSION}))
-        out += self._absorb(state, context)
+        if state is not None or context is not None:  # (every event but a start's has neither)
+            out += self._absorb(state, context)
         return out
 
     def _absorb(self, state: JSON, context: JSON) -> list[Payload]:
@@ -933,12 +958,18 @@ class _Encoder:
         if self._closed or not self._started or not self._open_text or self._agent is not None \
                 or self._span is not None or self._reasoning is not None:
             return None
-        head = b"".join((_CONTENT_HEAD, orjson.dumps(self._message), _CONTENT_MID))
-        return [b"".join((head, t, b'"}')) for t in texts]
+        head = self._content_head()
+        return [b"".join((head, b'"', t, b'"}')) for t in texts]
 
     def encode(self, event: StreamEvent) -> list[Payload]:
         if self._closed:
             return []
+        if type(event) is TextDelta and self._open_text and event.agent == self._agent \
+                and self._span is None and self._reasoning is None and self._started:
+            # more text of the open message (the common event): its bytes around the text
+            if not event.text:
+                return []
+            return [b"".join((self._content_head(), orjson.dumps(event.text), b"}"))]
         match event:
             case StreamStart():
                 if event.model is not None:
@@ -962,8 +993,7 @@ class _Encoder:
                         start["name"] = event.agent
                     out.append(_dump(start))
                 if event.text:
-                    out.append(_dump({"type": "TEXT_MESSAGE_CONTENT", "messageId": self._message,
-                                      "delta": event.text}))
+                    out.append(b"".join((self._content_head(), orjson.dumps(event.text), b"}")))
                 return out
             case ReasoningDelta():
                 out = self._start(None, None) + self._close_text()
@@ -1028,9 +1058,9 @@ class _Encoder:
 
 
 _CONTENT_HEAD = b'{"type":"TEXT_MESSAGE_CONTENT","messageId":'
-_CONTENT_MID = b',"delta":"'
+_DELTA_KEY = b',"delta":'
 """A ``TEXT_MESSAGE_CONTENT`` event as :func:`_dump` writes it, around its message id and its
-text (:meth:`_Encoder.plain_texts`)."""
+text (:meth:`_Encoder._content_head`)."""
 
 
 def _dump(event: dict[str, JSON]) -> bytes:

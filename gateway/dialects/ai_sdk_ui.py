@@ -301,8 +301,9 @@ def _tool_name(part: dict[str, JSON], kind: str, where: str) -> str:
 
 def _user_parts(parts: list[JSON], where: str) -> str | list[Part]:
     out: list[Part] = []
+    texts: list[str] = []  # the text parts' texts (all the content, when they are all parts)
     for j, raw in enumerate(parts):
-        p = expect_object(raw, f"{where}[{j}]")
+        p = raw if type(raw) is dict else expect_object(raw, f"{where}[{j}]")
         kind = p.get("type")
         if not isinstance(kind, str):
             raise DialectError("must be a string", f"{where}[{j}].type")
@@ -311,6 +312,7 @@ def _user_parts(parts: list[JSON], where: str) -> str | list[Part]:
             if not isinstance(text, str):
                 raise DialectError("must be a string", f"{where}[{j}].text")
             out.append(TextPart(text))
+            texts.append(text)
         elif kind == "file":
             url, media = p.get("url"), p.get("mediaType")
             if not isinstance(url, str) or not isinstance(media, str):
@@ -320,8 +322,8 @@ def _user_parts(parts: list[JSON], where: str) -> str | list[Part]:
             else:
                 out.append(OtherPart(NAME, "file", p))
         # step-start, source-* and data-* parts are the UI's, not model input
-    if all(isinstance(p, TextPart) for p in out):
-        return "".join(p.text for p in out if isinstance(p, TextPart))
+    if len(texts) == len(out):
+        return "".join(texts)
     return out
 
 
@@ -721,14 +723,14 @@ class AISDKUIDialect(SamplesFromPackage):
                 c = _citation(p)
                 if c is not None:
                     citations.append(c)
-            elif isinstance(kind, str):
+            elif kind in (FOLLOWUPS, THOUGHTS):  # (the only data parts that hold context)
                 context = merge_context(context, _context_of_data(kind, p.get("data")))
         context = context_with_citations(citations, context)
         meta = obj.get("metadata")
         reason = meta.get("finishReason") if isinstance(meta, dict) else None
         model = meta.get("model") if isinstance(meta, dict) else None
         mid = obj.get("id")
-        extras = split_known(obj, frozenset({"role", "parts"}))
+        extras = split_known(obj, _MESSAGE_KEYS)
         extras["_seen"] = [parts, state, context]
         return ChatResponse(
             messages=[AssistantMessage(text, id=mid if isinstance(mid, str) else None,
@@ -780,6 +782,11 @@ class AISDKUIDialect(SamplesFromPackage):
 
 
 # --- streams -------------------------------------------------------------------------------------
+
+
+_UNREAD = frozenset({"start-step", "text-start", "text-end"})
+"""Chunks that carry nothing an event holds (a text block's bounds, a step's start): every
+answer has them, and they are answered before the chunk kinds are tried one by one."""
 
 
 class _Call:
@@ -871,7 +878,7 @@ class _Decoder:
                 "the upstream aborted the answer" if kind == "abort" else "upstream error")
             before = self._start() if self._pending is not None else []
             return [*before, StreamError(message)]
-        if self._finished:
+        if self._finished or kind in _UNREAD:
             return []  # after finish, only [DONE] or the body's end matter
         match kind:
             case "start":
@@ -972,7 +979,8 @@ def _chunk(obj: dict[str, JSON]) -> bytes:
 
 class _Encoder:
     __slots__ = ("_agent", "_block", "_block_kind", "_calls", "_closed", "_data", "_mid",
-                 "_model", "_n", "_signed", "_sources", "_spoke", "_started", "_state")
+                 "_model", "_n", "_signed", "_sources", "_spoke", "_started", "_state",
+                 "_text_head")
 
     def __init__(self, message_id: str | None, model: str | None) -> None:
         self._mid = message_id
@@ -992,6 +1000,9 @@ class _Encoder:
         self._state: JSON = None
         self._agent: str | None = None
         self._spoke = False
+        self._text_head: bytes | None = None
+        """While a text block is open: its ``text-delta`` chunk's bytes up to its text (the
+        chunk :func:`_chunk` writes, its text the only part that varies)."""
 
     def _start(self, start: StreamStart | None = None) -> list[Payload]:
         if self._started:
@@ -1013,7 +1024,7 @@ class _Encoder:
         meta = reasoning_metadata(self._signed) if self._signed is not None else None
         if meta is not None:
             end["providerMetadata"] = meta
-        self._block, self._signed = None, None
+        self._block, self._signed, self._text_head = None, None, None
         return [_chunk(end)]
 
     def _open(self, kind: str) -> list[Payload]:
@@ -1022,6 +1033,8 @@ class _Encoder:
         out = self._close()
         self._n += 1
         self._block, self._block_kind = f"{kind}-{self._n}", kind
+        if kind == "text":
+            self._text_head = b'{"type":"text-delta","id":"%s","delta":' % self._block.encode()
         out.append(_chunk({"type": f"{kind}-start", "id": self._block}))
         return out
 
@@ -1048,16 +1061,20 @@ class _Encoder:
 
     def plain_texts(self, texts: list[bytes]) -> list[Payload] | None:
         """:meth:`gateway.dialects.base.StreamEncoder` ``plain_texts``: inside a text block."""
-        if self._closed or self._block is None or self._block_kind != "text" \
-                or self._agent is not None:
+        head = self._text_head
+        if self._closed or head is None or self._agent is not None:
             return None
         self._spoke = True
-        head = b'{"type":"text-delta","id":"' + self._block.encode() + b'","delta":"'
-        return [b"".join((head, t, b'"}')) for t in texts]
+        return [b"".join((head, b'"', t, b'"}')) for t in texts]
 
     def encode(self, event: StreamEvent) -> list[Payload]:
         if self._closed:
             return []
+        head = self._text_head
+        if head is not None and type(event) is TextDelta and event.agent == self._agent:
+            # more text of the open text block (the common chunk): its bytes around the text
+            self._spoke = True
+            return [b"".join((head, orjson.dumps(event.text), b"}"))]
         match event:
             case StreamStart():
                 out = self._start(event)
@@ -1070,7 +1087,8 @@ class _Encoder:
                     self._agent = event.agent
                 self._spoke = True
                 out += self._open("text")
-                out.append(_chunk({"type": "text-delta", "id": self._block, "delta": text}))
+                assert self._text_head is not None  # (the text block _open leaves open)
+                out.append(b"".join((self._text_head, orjson.dumps(text), b"}")))
                 return out
             case ReasoningDelta():
                 out = self._start()

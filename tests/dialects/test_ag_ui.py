@@ -282,6 +282,29 @@ def test_plain_texts_are_written_inside_a_plain_text_message_only() -> None:
         b'{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"' + t + b'"}' for t in texts]
 
 
+def test_text_content_is_written_as_its_event_as_json() -> None:
+    """A TEXT_MESSAGE_CONTENT written from its bytes around the text is the event orjson writes,
+    whatever the text and the message id must escape, after a reasoning span, an agent and a
+    message that changed."""
+    enc = D.encoder(D.parse_request(D.samples.requests["text"]))
+    texts = ['plain', 'a "quote" \\ back\nline\t\x01', "w\u00f6rld \U0001f600", ""]
+    events: list[StreamEvent] = [StreamStart(), TextDelta("a", message_id='m"1\n')]
+    events += [TextDelta(t) for t in texts]
+    events += [ReasoningDelta("hm"), TextDelta("b"), *map(TextDelta, texts),
+               TextDelta("c", "Research"), *(TextDelta(t, "Research") for t in texts)]
+    content = []
+    for e in events:
+        for p in enc.encode(e):
+            assert isinstance(p, bytes) and p == orjson.dumps(orjson.loads(p))
+            event = orjson.loads(p)
+            if event["type"] == "TEXT_MESSAGE_CONTENT":
+                assert list(event) == ["type", "messageId", "delta"]
+                content.append((event["messageId"] == 'm"1\n', event["delta"]))
+    assert content == [(True, "a"), *((True, t) for t in texts if t), (True, "b"),
+                       *((True, t) for t in texts if t), (False, "c"),
+                       *((False, t) for t in texts if t)]
+
+
 def test_a_whole_answer_is_the_runs_events_as_one_array() -> None:
     body = D.samples.responses["text"]
     resp = D.parse_response(body)

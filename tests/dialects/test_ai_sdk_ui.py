@@ -254,6 +254,26 @@ def test_signed_reasoning_ends_with_its_signature_and_a_text_only_delta_is_plain
     assert enc.plain_texts([b"b c"]) == enc.encode(TextDelta("b c"))
 
 
+def test_a_text_delta_is_written_as_its_chunk_as_json() -> None:
+    """A text-delta written from its bytes around the text is the chunk orjson writes, whatever
+    the text must escape, in each text block (after reasoning, for another agent)."""
+    enc = UI.encoder(ChatRequest(messages=[Message("user", "hi")]))
+    texts = ['plain', 'a "quote" \\ back\nline\t\x01', "w\u00f6rld \U0001f600", ""]
+    events: list[StreamEvent] = [StreamStart(), *map(TextDelta, texts), ReasoningDelta("hm"),
+                                 *map(TextDelta, texts), TextDelta("x", "Research"),
+                                 *(TextDelta(t, "Research") for t in texts)]
+    deltas = []
+    for e in events:
+        for p in enc.encode(e):
+            assert isinstance(p, bytes) and p == orjson.dumps(orjson.loads(p))
+            chunk = orjson.loads(p)
+            if chunk["type"] == "text-delta":
+                assert list(chunk) == ["type", "id", "delta"]
+                deltas.append((chunk["id"], chunk["delta"]))
+    assert deltas == [*(("text-1", t) for t in texts), *(("text-3", t) for t in texts),
+                      ("text-3", "\n\n**Research:** x"), *(("text-3", t) for t in texts)]
+
+
 def test_a_tool_result_continues_the_message_it_answers() -> None:
     req = UI.parse_request(body(
         ui("user", text("Weather?"), mid="u1"),
