@@ -24,7 +24,7 @@ from gateway.exchange.headers import upstream_headers
 from gateway.exchange.outcome import NONE, Attempt
 from gateway.incoming import ClientRequest
 from gateway.pipeline import adapt_request, parse_body
-from gateway.upstream import Transport, UpstreamCall, start_call
+from gateway.upstream import Transport, UpstreamCall, upstream_request
 
 if TYPE_CHECKING:
     from gateway.tracing import RequestTrace
@@ -183,8 +183,12 @@ async def _call(ctx: AttemptContext, req: ChatRequest, state: UpstreamState, dia
                 trace.attempt(state, dialect, req, headers)
             up = state.config
             url = upstream_url_of(dialect, up.url, req.model or up.model, stream=up_stream)
-            call = await start_call(ctx.transport, up, body, headers, stream=up_stream,
-                                    url=url)
+            # (start_call's steps, here rather than in a coroutine of their own: each coroutine
+            # of the chain that awaits the response head is resumed when it arrives)
+            sent = time.perf_counter()
+            response = await ctx.transport.send(upstream_request(up, body, headers,
+                                                                 stream=up_stream, url=url))
+            call = UpstreamCall(response, up, sent, time.perf_counter() - sent)
         except UpstreamError as e:
             return _upstream_failed(ctx, state, e, log)
         except (asyncio.CancelledError, ClientGone):
