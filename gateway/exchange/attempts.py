@@ -195,7 +195,7 @@ async def _call(ctx: AttemptContext, req: ChatRequest, state: UpstreamState, dia
             state.trial = False  # the client went away before the upstream answered
             raise
         try:
-            if call.status >= 400:
+            if call.response.status >= 400:
                 return await _upstream_status(ctx, call, state, dialect, log)
             answered = await ctx.answer(req, call, dialect, up_stream)
         except UpstreamError as e:
@@ -214,7 +214,8 @@ async def _call(ctx: AttemptContext, req: ChatRequest, state: UpstreamState, dia
         if trace is not None:
             trace.attempt_ended()
     seconds = time.perf_counter() - call.started
-    log.attempts.append(Attempt(state.name, answered.outcome, seconds, call.status))
+    log.attempts.append(Attempt(state.name, answered.outcome, seconds,
+                                call.response.status))
     if answered.outcome == "ok":
         state.succeeded()
     else:
