@@ -117,6 +117,8 @@ def create_app(config: GatewayConfig, *, config_path: str | Path | None = None,
             log.warning("history_config_needs_restart")
         if new.responses_store != config.responses_store:  # opened at start, like history's
             log.warning("responses_store_config_needs_restart")
+        if new.server.cors.allow_origins and not config.server.cors.allow_origins:
+            log.warning("cors_config_needs_restart")  # no answer is looked at for it (above)
         if LIMITS in app:
             app[LIMITS].reloaded(new)
         return []
@@ -137,7 +139,11 @@ def create_app(config: GatewayConfig, *, config_path: str | Path | None = None,
                                       on_outcome))
     app.cleanup_ctx.append(_health_checks)
     app.cleanup_ctx.append(status.publish)
-    app.on_response_prepare.append(_cors)
+    if config.server.cors.allow_origins:
+        # Only then: a receiver of on_response_prepare costs every answer two coroutines (the
+        # signal's and its own), which without origins only find that there is nothing to add.
+        # Origins changed or removed by a reload apply at once; turned on, at the next start.
+        app.on_response_prepare.append(_cors)
     app.router.add_get("/healthz", handlers.healthz)
     app.router.add_get("/readyz", handlers.readyz)
     add_admin_routes(app, config)  # /metrics, /api/status, /, /static, /admin (or admin_port)

@@ -8,11 +8,13 @@ from __future__ import annotations
 import asyncio
 import io
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 import structlog
+import yaml
 from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient
 from fakes import (
@@ -39,7 +41,7 @@ from fakes import (
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.app import create_app
-from gateway.config import parse_config
+from gateway.config import load_config, parse_config
 from gateway.dialects import client_path, get, names
 from gateway.log import configure_logging
 from gateway.upstream import Transport, UpstreamRequest, UpstreamResponse
@@ -375,6 +377,36 @@ async def test_cors_preflight_when_configured(aiohttp_client: Any, fakes: Fakes)
     assert "Access-Control-Allow-Origin" not in other_origin.headers
     assert fake.seen and all(s.path == "/chat" for s in fake.seen) and len(fake.seen) == 1
 
+
+
+async def test_cors_origins_reload_when_on_and_need_a_restart_to_turn_on(
+        aiohttp_client: Any, fakes: Fakes, tmp_path: Path, log_stream: io.StringIO) -> None:
+    client = dialect_at(2)
+    fake = await fakes.start(other(client))
+    origin = {"Origin": "https://app.example.com"}
+    started_off = tmp_path / "off.yaml"
+    cfg = one_route(client, upstream_config(fake))
+    started_off.write_text(yaml.safe_dump(cfg))
+    gw = await aiohttp_client(create_app(load_config(started_off), config_path=started_off))
+    started_off.write_text(yaml.safe_dump(
+        {**cfg, "server": {"cors": {"allow_origins": ["https://app.example.com"]}}}))
+    assert (await gw.post("/admin/reload")).status == 200
+    assert "cors_config_needs_restart" in log_stream.getvalue()
+    post = await ask(gw, client, stream=False, headers=origin)
+    assert post.status == 200 and "Access-Control-Allow-Origin" not in post.headers
+    # Started with origins, a reload's new ones apply at once, and no warning is logged.
+    on = tmp_path / "on.yaml"
+    on.write_text(yaml.safe_dump(
+        {**cfg, "server": {"cors": {"allow_origins": ["https://a.example"]}}}))
+    gw = await aiohttp_client(create_app(load_config(on), config_path=on))
+    log_stream.seek(0)
+    log_stream.truncate()
+    on.write_text(yaml.safe_dump(
+        {**cfg, "server": {"cors": {"allow_origins": ["https://app.example.com"]}}}))
+    assert (await gw.post("/admin/reload")).status == 200
+    assert "cors_config_needs_restart" not in log_stream.getvalue()
+    post = await ask(gw, client, stream=False, headers=origin)
+    assert post.headers["Access-Control-Allow-Origin"] == "https://app.example.com"
 
 # --- errors, in the client's dialect --------------------------------------------------------------
 

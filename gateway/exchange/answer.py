@@ -166,7 +166,8 @@ class Answerer:
             return Answered("ok")
         except orjson.JSONEncodeError:
             return await self._malformed(_TOO_DEEP)
-        self.progress.drop(lost)
+        if lost:
+            self.progress.drop(lost)
         self.progress.usage = resp.usage
         self.progress.answered(resp.model, resp.finish_reason, len(body))
         self.progress.status = 200
@@ -329,7 +330,8 @@ class Answerer:
             if tr.broken:
                 return await self._malformed(_stream_error(tr))
             resp = await self._start_stream()
-        self.progress.drop(tr.dropped)
+        if tr.dropped:
+            self.progress.drop(tr.dropped)
         self.progress.usage = tr.usage
         self.progress.answered(tr.model, tr.finish_reason)
         if tr.error is not None:

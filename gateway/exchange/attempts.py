@@ -24,7 +24,7 @@ from gateway.exchange.headers import upstream_headers
 from gateway.exchange.outcome import NONE, Attempt
 from gateway.incoming import ClientRequest
 from gateway.pipeline import adapt_request, parse_body
-from gateway.upstream import Transport, UpstreamCall, start_call
+from gateway.upstream import Transport, UpstreamCall, upstream_request
 
 if TYPE_CHECKING:
     from gateway.tracing import RequestTrace
@@ -183,15 +183,19 @@ async def _call(ctx: AttemptContext, req: ChatRequest, state: UpstreamState, dia
                 trace.attempt(state, dialect, req, headers)
             up = state.config
             url = upstream_url_of(dialect, up.url, req.model or up.model, stream=up_stream)
-            call = await start_call(ctx.transport, up, body, headers, stream=up_stream,
-                                    url=url)
+            # (start_call's steps, here rather than in a coroutine of their own: each coroutine
+            # of the chain that awaits the response head is resumed when it arrives)
+            sent = time.perf_counter()
+            response = await ctx.transport.send(upstream_request(up, body, headers,
+                                                                 stream=up_stream, url=url))
+            call = UpstreamCall(response, up, sent, time.perf_counter() - sent)
         except UpstreamError as e:
             return _upstream_failed(ctx, state, e, log)
         except (asyncio.CancelledError, ClientGone):
             state.trial = False  # the client went away before the upstream answered
             raise
         try:
-            if call.status >= 400:
+            if call.response.status >= 400:
                 return await _upstream_status(ctx, call, state, dialect, log)
             answered = await ctx.answer(req, call, dialect, up_stream)
         except UpstreamError as e:
@@ -210,7 +214,8 @@ async def _call(ctx: AttemptContext, req: ChatRequest, state: UpstreamState, dia
         if trace is not None:
             trace.attempt_ended()
     seconds = time.perf_counter() - call.started
-    log.attempts.append(Attempt(state.name, answered.outcome, seconds, call.status))
+    log.attempts.append(Attempt(state.name, answered.outcome, seconds,
+                                call.response.status))
     if answered.outcome == "ok":
         state.succeeded()
     else:

@@ -5,14 +5,21 @@ bounds."""
 from typing import Literal
 
 from gateway.upstream.aiohttp_transport import AiohttpTransport
-from gateway.upstream.call import UpstreamCall, has_userinfo, parse_retry_after, start_call
+from gateway.upstream.call import (
+    UpstreamCall,
+    has_userinfo,
+    parse_retry_after,
+    start_call,
+    upstream_request,
+)
 from gateway.upstream.fast_transport import FastTransport
 from gateway.upstream.memory import MemoryResponse, MemoryTransport
 from gateway.upstream.transport import Transport, UpstreamRequest, UpstreamResponse
 
 __all__ = ["AiohttpTransport", "FastTransport", "MemoryResponse", "MemoryTransport", "Transport",
            "UpstreamCall", "UpstreamRequest", "UpstreamResponse", "connections_in_use",
-           "has_userinfo", "make_transport", "parse_retry_after", "start_call"]
+           "has_userinfo", "make_transport", "parse_retry_after", "start_call",
+           "upstream_request"]
 
 
 def connections_in_use(transport: Transport) -> int:
