@@ -175,6 +175,16 @@ async def test_keep_alive_reuses_one_connection(fast: FastTransport) -> None:
         assert fast.in_use() == 0
 
 
+async def test_a_response_keeps_its_status_once_closed(fast: FastTransport) -> None:
+    """An attempt's record (its access-log line, its span's status code) reads the status after
+    the response let go of its connection: it is the head's, not 0."""
+    async with RawServer(keep_alive_answers) as server:
+        r = await fast.send(request(server.url))
+        await read_all(r)
+        r.close()
+        assert r.status == 200
+
+
 @pytest.mark.parametrize("extra", ["Connection: close\r\n", "Keep-Alive: timeout=1\r\n"])
 async def test_a_server_that_will_close_gets_a_new_connection(fast: FastTransport,
                                                               extra: str) -> None:

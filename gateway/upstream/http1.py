@@ -616,21 +616,20 @@ class Http1Response:
     """:class:`~gateway.upstream.transport.UpstreamResponse` over one connection; ``release``
     is called once, by :meth:`close`, with whether the connection may be pooled again."""
 
-    __slots__ = ("_conn", "_decoder", "_headers", "_release", "_tail", "_untrusted")
+    __slots__ = ("_conn", "_decoder", "_headers", "_release", "_tail", "_untrusted", "status")
 
     def __init__(self, conn: Http1Connection,
                  release: Callable[[Http1Connection, str], None]) -> None:
         self._conn: Http1Connection | None = conn
+        self.status: int = conn.status
+        """Built once the head arrived; kept past :meth:`close` (which lets go of the
+        connection), as an attempt's record reads it after the response is closed."""
         self._release = release
         self._untrusted = False
         """A read was cancelled or failed: the connection is closed, whatever its state."""
         self._headers: CIMultiDictProxy[str] | None = None
         self._decoder = _decoder_for(conn.watched[3])
         self._tail = b""
-
-    @property
-    def status(self) -> int:
-        return self._conn.status if self._conn is not None else 0
 
     @property
     def headers(self) -> Mapping[str, str]:
