@@ -171,6 +171,10 @@ class TemplateDecoding(StreamDecoding):
             self._again(run.chars)
         return True
 
+    def takes_runs(self) -> bool:
+        """:meth:`take_run` would take a run now (the frame decoded last was text alone)."""
+        return self._text_alone and not self.ended
+
     def take_slots(self, slots: list[Slot], start: int) -> bool:
         """As :meth:`take_run`, for the frames of a run it did not take, cut into ``slots``, from
         ``start`` on, once the ones before were decoded (and one of them read as text alone)."""
@@ -212,7 +216,8 @@ class TemplateDecoding(StreamDecoding):
 
 class FastStreamTranslator(StreamTranslator):
     """:class:`StreamTranslator` with accelerators (see the module's docstring): the same bytes,
-    the same state after each read."""
+    the same state after each read. A run its decoding does not take is read frame by frame,
+    until its decoding would take the rest (:meth:`TextRun.rest`)."""
 
     __slots__ = ("_forward", "_plain", "_reader", "_runs")
 
@@ -261,6 +266,11 @@ class FastStreamTranslator(StreamTranslator):
         out: list[bytes] = []
         passed: list[Any] = []
         """Payloads passed on as they came whose frames are not built yet."""
+        refused: TextRun | None = None
+        """A run not taken, its frames read one by one, as they would have been (the slots
+        before ``payloads[ends]``), until one is read as text alone (a message's first text,
+        named by its id, is not): the rest of it is then taken as a run."""
+        ends = 0
         i = 0
         while i < len(payloads):
             payload = payloads[i]
@@ -269,7 +279,9 @@ class FastStreamTranslator(StreamTranslator):
             if type(payload) is TextRun:
                 assert runs is not None  # (only a decoding asked for runs gives them)
                 if not runs.take_run(payload):
-                    payloads[i:i] = payload.slots()  # read one by one, as they would have been
+                    slots = payload.slots()
+                    payloads[i:i] = slots
+                    refused, ends = payload, i + len(slots)
                     continue
                 if self._identity:
                     self._ran(payload)
@@ -286,6 +298,9 @@ class FastStreamTranslator(StreamTranslator):
                 out.append(frame)
             if self.done:
                 break
+            if i < ends and runs is not None and refused is not None and runs.takes_runs():
+                payloads[i:ends] = [refused.rest(refused.count - (ends - i))]
+                ends = 0
         if self._forward and passed and not out and i == len(payloads) and self._reader.whole:
             # Every frame of this read passes on as it came, and the read is those frames
             return data

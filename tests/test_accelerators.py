@@ -38,7 +38,7 @@ from gateway.canonical import (
 )
 from gateway.dialects import DIALECTS, Dialect
 from gateway.framing import Slot, TextRun, encoder_for
-from gateway.pipeline import ResponseAssembler, StreamTranslator, optional
+from gateway.pipeline import ResponseAssembler, StreamDecoding, StreamTranslator, optional
 from gateway.pipeline_fast import (
     ACCELERATORS,
     Accelerate,
@@ -305,6 +305,56 @@ def test_an_assembled_answer_holds_each_text_of_a_run_once(
                 ran.add(name)
                 assert len(taken) < len(TEXTS), name
     assert ran
+
+
+def test_a_translated_stream_takes_the_run_after_a_message_s_first_text(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """(What the tests above compare is not two ways that never differ.) A stream of texts read
+    at once gives the same bytes and counts with the accelerators on and off, and, on every
+    route whose upstream's text frames come in a run, every frame but two is taken in runs: the
+    first, learned, and at most one read to confirm it is text alone (an upstream whose first
+    text names its message, as some do, confirms nothing by it). A run refused once is not read
+    frame by frame to its end."""
+    taken: list[int] = []
+    """How many frames each run taken holds."""
+    take_run = TemplateDecoding.take_run
+
+    def took(self: TemplateDecoding, run: TextRun) -> bool:
+        if take_run(self, run):
+            taken.append(run.count)
+            return True
+        return False
+
+    monkeypatch.setattr(TemplateDecoding, "take_run", took)
+    named: set[str] = set()
+    """Upstreams whose first text is given with its message's id."""
+    ran: set[str] = set()
+    """Upstreams whose text frames came in a run."""
+    for up, cl in PAIRS:
+        u, c = DIALECTS[up], DIALECTS[cl]
+        body = _encoded(u, [StreamStart(model="m"), *(TextDelta(t) for t in TEXTS),
+                            StreamFinish("stop")])
+        decoding = StreamDecoding(u)
+        payloads = decoding.payloads(body)
+        assert isinstance(payloads, list)
+        texts = [e for p in payloads for e in decoding.decode(p) if isinstance(e, TextDelta)]
+        if texts[0].message_id is not None:
+            named.add(up)
+        req, _ = client_request(c, stream=True)
+        tr = stream_translator(u, c, req)
+        assert isinstance(tr, FastStreamTranslator)
+        read = tr._in.payloads(body)
+        assert isinstance(read, list)
+        taken.clear()
+        fast = translated(u, c, req, [body], False, True, "reject")
+        assert fast == translated(u, c, req, [body], False, False, "reject"), (up, cl)
+        if tr._runs is not None and any(type(p) is TextRun for p in read):
+            # all but the first text frame, and the one that confirms a message's first text
+            assert sum(taken) == len(TEXTS) - 1 - (up in named), (up, cl, taken)
+            ran.add(up)
+        else:
+            assert not taken, (up, cl)
+    assert named & ran
 
 
 # --- the accelerators are used, and switched ---------------------------------------------------

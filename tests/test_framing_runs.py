@@ -79,6 +79,21 @@ def one_by_one(reader: TemplateReader, data: bytes, start: int, end: int, head: 
     return texts
 
 
+def rests_hold(run: TextRun, head: bytes, tail: bytes) -> None:
+    """Each :meth:`TextRun.rest` of ``run`` is its frames from the k-th on, as reading them one
+    by one gives them: the bytes from that frame's start, their texts, characters and counter."""
+    slots = run.slots()
+    for k in range(1, run.count):
+        rest = run.rest(k)
+        skipped = sum(len(head) + len(s.raw) + len(tail) for s in slots[:k])
+        assert (rest.data, rest.start, rest.end) == (run.data, run.start + skipped, run.end)
+        assert rest.count == run.count - k and rest.texts() == run.texts()[k:]
+        assert rest.chars == sum(len(s.text) for s in slots[k:])
+        assert (rest.counter, rest.event) == (run.counter, run.event)
+        assert [(s.text, s.raw, s.event, s.counter) for s in rest.slots()] == \
+            [(s.text, s.raw, s.event, s.counter) for s in slots[k:]]
+
+
 @settings(max_examples=400, deadline=None)
 @given(kind=st.sampled_from(sorted(FRAMINGS)),
        extra=st.dictionaries(st.sampled_from(["a", "b", "model"]),
@@ -106,6 +121,7 @@ def test_a_run_is_what_reading_its_frames_one_by_one_gives(
     assert [s.text for s in run.slots()] == expected
     assert all(s.raw == frame(s.text, extra) or s.parsed() == orjson.loads(s.raw)
                for s in run.slots())
+    rests_hold(run, head, tail)
 
 
 @pytest.mark.parametrize("kind", sorted(FRAMINGS))
@@ -212,6 +228,7 @@ def test_a_numbered_run_is_what_reading_its_frames_one_by_one_gives(
         assert slot.counter == expected_first + k
         assert slot.raw == numbered(slot.text, slot.counter)  # a plain string, as written
     assert at == run.end and run.chars == sum(len(s.text) for s in slots)
+    rests_hold(run, head, tail)
 
 
 # --- the framing readers: the same frames with runs as without ---------------------------------

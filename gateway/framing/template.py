@@ -143,6 +143,22 @@ class TextRun:
         return [Slot(t.decode(), b"".join((prefix, t, before, str(first + k).encode(), suffix)),
                      event, None, first + k) for k, t in enumerate(self.texts())]
 
+    def rest(self, k: int) -> TextRun:
+        """The run of its frames from the ``k``-th on (``0 < k < count``): the same bytes from
+        where that frame starts, the same last frame. Each frame before it is the framing's
+        head, the prefix, its text, (``before`` and its number,) the suffix and the tail."""
+        framed, texts = self._framed, self._texts
+        skipped = texts[:k]
+        start = self.start + k * (len(framed.first) + len(framed.last) + len(framed.before)) \
+            + sum(map(len, skipped))
+        if self.counter is not None:
+            first = self.counter - self.count + 1
+            start += sum(len(str(first + j)) for j in range(k))
+        run = TextRun(self.data, start, self.end, self.count - k,
+                      self.chars - len(b"".join(skipped).decode()), self.event, framed, texts[k:])
+        run.counter = self.counter
+        return run
+
     def __repr__(self) -> str:
         return f"TextRun({self.count} frames, {self.data[self.start:self.end]!r})"
 
