@@ -1173,10 +1173,36 @@ class _Decoder:
         return self._usage
 
     def decode(self, payload: Any) -> list[StreamEvent]:
-        # Nearly every event after the first: text parts alone, under the API's own keys.
-        if self._started and type(payload) is dict and payload.keys() <= _PLAIN_KEYS:
-            plain = self._plain(payload)
-            if plain is not None:
+        # Nearly every event after the first: a candidate of text parts alone, the counts so far,
+        # perhaps the finish reason, under the API's own keys (no error, no blocked prompt, no
+        # snake_case key to camel-case); read here as the general path below reads it, without
+        # its walk. Any other shape, or a part that is not text alone, goes that path.
+        if self._started and type(payload) is dict and _PLAIN_KEYS.issuperset(payload) \
+                and type(candidates := payload.get("candidates")) is list and candidates \
+                and type(candidate := candidates[0]) is dict \
+                and _PLAIN_CANDIDATE_KEYS.issuperset(candidate) \
+                and type(content := candidate.get("content")) is dict \
+                and _PLAIN_CONTENT_KEYS.issuperset(content) \
+                and type(parts := content.get("parts")) is list:
+            plain: list[StreamEvent] = []
+            for p in parts:
+                if type(p) is not dict or len(p) != 1 or type(text := p.get("text")) is not str:
+                    break
+                if text:
+                    plain.append(TextDelta(text))
+            else:
+                counts = payload.get("usageMetadata")
+                if type(counts) is dict:
+                    if not _COUNT_KEYS.issuperset(counts) and "_" in "".join(counts):
+                        counts = _obj(counts, "usageMetadata")
+                    get = counts.get
+                    # (what makes _usage_in's value not None, read when the finish needs it)
+                    if type(get("candidatesTokenCount")) is int \
+                            or type(get("promptTokenCount")) is int \
+                            or type(get("thoughtsTokenCount")) is int:
+                        self._counts = counts
+                if "finishReason" in candidate:
+                    self._finish(candidate, plain)
                 return plain
         if isinstance(payload, RawData):
             raise DialectError(f"a stream event is not JSON: {payload.text[:60]!r}")
@@ -1247,42 +1273,6 @@ class _Decoder:
             self._finished = True
             events.append(StreamFinish(reason, self._usage_so_far()))
 
-    def _plain(self, obj: dict[str, Any]) -> list[StreamEvent] | None:
-        """The events of an event of the common shape (its keys checked by the caller): a
-        candidate of text parts alone, the counts so far, perhaps the finish reason; what
-        :meth:`decode`'s general path gives for it. ``None`` (nothing changed) for any other
-        shape, which that path reads."""
-        candidates = obj.get("candidates")
-        if type(candidates) is not list or not candidates:
-            return None
-        candidate = candidates[0]
-        if type(candidate) is not dict or not candidate.keys() <= _PLAIN_CANDIDATE_KEYS:
-            return None
-        content = candidate.get("content")
-        if type(content) is not dict or not content.keys() <= _PLAIN_CONTENT_KEYS:
-            return None
-        parts = content.get("parts")
-        if type(parts) is not list:
-            return None
-        events: list[StreamEvent] = []
-        for p in parts:
-            if type(p) is not dict or len(p) != 1 or type(text := p.get("text")) is not str:
-                return None
-            if text:
-                events.append(TextDelta(text))
-        counts = obj.get("usageMetadata")
-        if type(counts) is dict:
-            if not counts.keys() <= _COUNT_KEYS and "_" in "".join(counts):
-                counts = _obj(counts, "usageMetadata")
-            get = counts.get
-            # (what makes _usage_in's value not None, read when the finish needs it)
-            if type(get("candidatesTokenCount")) is int or type(get("promptTokenCount")) is int \
-                    or type(get("thoughtsTokenCount")) is int:
-                self._counts = counts
-        if "finishReason" in candidate:
-            self._finish(candidate, events)
-        return events
-
     def end(self) -> list[StreamEvent]:
         if self._finished:
             return []
@@ -1292,8 +1282,8 @@ class _Decoder:
 
 
 _PLAIN_KEYS = frozenset({"candidates", "usageMetadata", "modelVersion", "responseId"})
-"""The keys of a stream event :meth:`_Decoder._plain` reads (no error, no blocked prompt, no
-snake_case key to camel-case)."""
+"""The keys of a stream event :meth:`_Decoder.decode`'s shortcut reads (no error, no blocked
+prompt, no snake_case key to camel-case)."""
 _PLAIN_CANDIDATE_KEYS = frozenset({"content", "index", "finishReason"})
 _PLAIN_CONTENT_KEYS = frozenset({"parts", "role"})
 _COUNT_KEYS = frozenset({

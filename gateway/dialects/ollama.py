@@ -114,6 +114,21 @@ def _iso(seconds: int | None = None) -> str:
     return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
+_second: tuple[int, bytes] = (-1, b"")
+"""The second :func:`_stamp` last wrote and its text up to the fraction's point."""
+
+
+def _stamp() -> bytes:
+    """What ``_iso()`` gives now, as bytes, each second's date and time formatted once: a stream
+    stamps every line it writes."""
+    global _second
+    second, micros = divmod(time.time_ns() // 1000, 1_000_000)
+    if second != _second[0]:
+        whole = datetime.fromtimestamp(second, UTC).isoformat(timespec="seconds")
+        _second = (second, whole.removesuffix("+00:00").encode() + b".")
+    return b"%s%06dZ" % (_second[1], micros)
+
+
 def _unix(created_at: JSON) -> int | None:
     """``created_at`` (RFC 3339, nanoseconds and an offset as Go writes it) as Unix seconds."""
     if not isinstance(created_at, str) or len(created_at) < 19:
@@ -617,25 +632,40 @@ def _usage_of(obj: dict[str, Any]) -> Usage | None:
 
 
 class _Decoder:
-    __slots__ = ("_calls", "_done", "_failed", "_started")
+    __slots__ = ("_calls", "_done", "_failed", "_open", "_started")
 
     def __init__(self) -> None:
         self._started = False
         self._done = False
         self._failed = False
+        self._open = False
+        """Begun and neither done nor failed: a line of text alone is read by the shortcut."""
         self._calls = 0
 
     def decode(self, payload: Any) -> list[StreamEvent]:
+        # Nearly every line: a piece of text alone (no thinking, no calls, no error, not done),
+        # which gives what the general path below gives for it.
+        # (dict.get, not a test of the keys: a view's subset test costs more than the reads)
+        if self._open and type(payload) is dict and type(message := payload.get("message")) \
+                is dict and message.get("thinking") is None \
+                and message.get("tool_calls") is None and payload.get("error") is None \
+                and payload.get("done") is not True:
+            text = message.get("content")
+            if type(text) is str:
+                return [TextDelta(text)] if text else []
+            if text is None:
+                return []
         if self._done or self._failed:
             return []
         if not isinstance(payload, dict):
             raise DialectError("a line must be an object", "stream")
         if payload.get("error") is not None:
             self._failed = True
+            self._open = False
             return [StreamError(error_text(payload["error"]))]
         events: list[StreamEvent] = []
         if not self._started:
-            self._started = True
+            self._started = self._open = True
             events.append(StreamStart(created=_unix(payload.get("created_at")),
                                       model=_str(payload.get("model"))))
         message = payload.get("message")
@@ -656,6 +686,7 @@ class _Decoder:
             raise DialectError("must be an object", "stream.message")
         if payload.get("done") is True:
             self._done = True
+            self._open = False
             events.append(StreamFinish(_finish_in(payload.get("done_reason"), self._calls > 0)
                                        or "stop", _usage_of(payload)))
         return events
@@ -664,13 +695,19 @@ class _Decoder:
         if self._done or self._failed:
             return []
         self._done = True
+        self._open = False
         return [StreamError("the upstream stream ended before it finished")]
+
 
 
 _PLAIN_TEXT_MIDDLE = b'","message":{"role":"assistant","content":"'
 """What :meth:`_Encoder._line` writes of a text's line between its time and its text."""
 _PLAIN_TEXT_TAIL = b'"},"done":false}'
 """How :meth:`_Encoder._line` ends a text's line, after its text."""
+_TEXT_OPEN = _PLAIN_TEXT_MIDDLE[:-1]
+"""The same as :data:`_PLAIN_TEXT_MIDDLE`, before its text's opening quote."""
+_TEXT_CLOSE = _PLAIN_TEXT_TAIL[1:]
+"""The same as :data:`_PLAIN_TEXT_TAIL`, after its text's closing quote."""
 
 
 class _Encoder:
@@ -689,11 +726,12 @@ class _Encoder:
         """Calls begun and not ended: index -> (id, name, argument pieces). Ollama sends a call
         whole, so its arguments are held until it ends."""
         self._prefix = b""
+        """The head of every line but the last, up to its time: the model, once known."""
 
     def _line(self, message: dict[str, Any]) -> bytes:
         if not self._prefix:
-            self._prefix = orjson.dumps({"model": self._model})[:-1]
-        return (self._prefix + b',"created_at":"' + _iso().encode() + b'","message":'
+            self._prefix = orjson.dumps({"model": self._model})[:-1] + b',"created_at":"'
+        return (self._prefix + _stamp() + b'","message":'
                 + _dumps({"role": "assistant", **message}) + b',"done":false}')
 
     def plain_texts(self, texts: list[bytes]) -> list[Payload] | None:
@@ -705,11 +743,24 @@ class _Encoder:
         self._spoke = True
         if self._first_text is None:
             self._first_text = time.monotonic_ns()
-        head = self._prefix + b',"created_at":"'
-        return [b"".join((head, _iso().encode(), _PLAIN_TEXT_MIDDLE, t, _PLAIN_TEXT_TAIL))
+        head = self._prefix
+        return [b"".join((head, _stamp(), _PLAIN_TEXT_MIDDLE, t, _PLAIN_TEXT_TAIL))
                 for t in texts]
 
     def encode(self, event: StreamEvent) -> list[Payload]:
+        if type(event) is TextDelta and event.agent is None and self._agent is None \
+                and self._prefix and not self._closed:
+            # Nearly every event: the line _line writes for it, its text put in the template
+            # (a text orjson refuses is left to _line, which says so as it does for any other).
+            try:
+                quoted = orjson.dumps(event.text)
+            except orjson.JSONEncodeError:
+                pass
+            else:
+                self._spoke = True
+                if self._first_text is None:
+                    self._first_text = time.monotonic_ns()
+                return [b"".join((self._prefix, _stamp(), _TEXT_OPEN, quoted, _TEXT_CLOSE))]
         if self._closed:
             return []
         match event:

@@ -16,6 +16,7 @@ from gateway.canonical import (
     ImagePart,
     Message,
     OutputFormat,
+    ReasoningDelta,
     ReasoningRequest,
     StreamError,
     StreamFinish,
@@ -215,6 +216,71 @@ def test_a_stream_without_its_done_line_is_broken() -> None:
     assert not any(isinstance(e, StreamFinish) for e in events)
     failed = decode(lines[0] + b'\n{"error":"model crashed"}\n')
     assert failed[-1] == StreamError("model crashed")
+
+
+def test_each_kind_of_line_after_the_first_is_read_for_all_it_holds() -> None:
+    def after_start(line: dict[str, Any]) -> list[Any]:
+        dec = ME.decoder()
+        dec.decode({"model": "m", "created_at": "2024-01-01T00:00:00Z",
+                    "message": {"role": "assistant", "content": ""}, "done": False})
+        return dec.decode(line)
+
+    def line(message: Any, **more: Any) -> dict[str, Any]:
+        return {"model": "m", "created_at": "2024-01-01T00:00:01Z", "message": message,
+                "done": False, **more}
+
+    text = {"role": "assistant", "content": "Hi"}
+    assert after_start(line(text)) == [TextDelta("Hi")]
+    assert after_start(line({"role": "assistant", "content": ""})) == []
+    assert after_start(line({"role": "assistant", "content": None})) == []
+    assert after_start(line({"role": "assistant", "content": 7})) == []
+    assert after_start(line({"role": "assistant"})) == []
+    assert after_start(line({**text, "images": None})) == [TextDelta("Hi")]
+    assert [type(e) for e in after_start(line({**text, "thinking": "hm"}))] == \
+        [ReasoningDelta, TextDelta]
+    called = after_start(line({**text, "tool_calls": [{"function": {"name": "f"}}]}))
+    assert [type(e) for e in called] == [TextDelta, ToolCallStart, ToolCallDelta, ToolCallEnd]
+    assert after_start(line(text, error="boom")) == [StreamError("boom")]
+    assert after_start(line(text, done=True, done_reason="length")) == \
+        [TextDelta("Hi"), StreamFinish("length", None)]
+    assert after_start(line(text, eval_count=3)) == [TextDelta("Hi")]
+    with pytest.raises(DialectError):
+        after_start(line("Hi"))
+    with pytest.raises(DialectError):
+        after_start(line({**text, "tool_calls": "f"}))
+    dec = ME.decoder()
+    dec.decode(line(text))
+    dec.decode(line(text, done=True))
+    assert dec.decode(line(text)) == [] and dec.end() == []  # nothing after the last line
+    failed = ME.decoder()
+    failed.decode(line(text))
+    failed.decode({"error": "boom"})
+    assert failed.decode(line(text)) == [] and failed.end() == []
+
+
+def test_a_text_is_encoded_as_the_general_line_writes_it() -> None:
+    enc = ME.encoder(parse())
+    enc.encode(StreamStart(model="up"))
+    for text in ("Hello", ' "quoted"\n\\', " wörld 😀", "\u2028<>&", "\x00\x1f"):
+        fast = enc.encode(TextDelta(text))
+        general = [enc._line({"content": text})]
+        assert _stamped(fast)[0] == _stamped(general)[0]
+        assert isinstance(fast[0], bytes)
+        assert orjson.loads(fast[0])["message"]["content"] == text
+
+
+def test_lines_are_stamped_as_iso_stamps_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from gateway.dialects import ollama
+
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    for ns in (1_700_000_000_000_000_000, 1_700_000_000_000_999_999, 1_700_000_000_999_999_999,
+               1_700_000_001_000_000_000, 1_700_000_001_000_123_456, 951_782_400_000_001_000):
+        monkeypatch.setattr(ollama.time, "time_ns", lambda ns=ns: ns)
+        moment = epoch + timedelta(microseconds=ns // 1000)
+        expected = moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
+        assert ollama._stamp() == expected.encode()
 
 
 def test_the_encoder_sends_a_call_whole_and_ends_with_counts_and_durations() -> None:
