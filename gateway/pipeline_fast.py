@@ -191,7 +191,9 @@ class TemplateDecoding(StreamDecoding):
             self.events += 1  # (StreamDecoding.decode, without a call more each payload)
             return self._decoded(payload.payload if type(payload) is Verbatim else payload)
         self.events += 1
-        if self._text_alone:
+        # (a Slot with its parsed value is the first of a template just learned, maybe of
+        # another shape than the one confirmed: its decoder reads it, as it read that one's)
+        if self._text_alone and payload.value is None:
             if self._again is not None:
                 self._again(len(payload.text))
             return [TextDelta(payload.text)]

@@ -393,3 +393,43 @@ def test_unknown_accelerators_are_refused() -> None:
     with pytest.raises(ValueError, match="unknown stream accelerators: warp"):
         accelerators({"warp", "runs"})
     assert accelerators(True) == ACCELERATORS and accelerators(False) == frozenset()
+
+
+TEMPLATED = [name for name, d in DIALECTS.items() if optional(d, "text_path") is not None]
+
+
+@pytest.mark.parametrize("up", TEMPLATED)
+def test_a_frame_learned_as_a_new_template_is_decoded_in_full(up: str) -> None:
+    """A text frame of another shape than the stream's template (a byte of it other than its
+    text changed, as a damaged or unusual upstream sends) is parsed, and a template may be
+    learned from it: what it means is then its decoder's to say again, not the promise of
+    the text frames before it."""
+    u = DIALECTS[up]
+    body = _encoded(u, [StreamStart(model="m"), *(TextDelta(t) for t in TEXTS),
+                        StreamFinish("stop", None)])
+    frames = _frames(u, body)
+    k = next(i for i, f in enumerate(frames) if b'" and"' in f)  # (a text frame, mid-run)
+    frame = frames[k]
+    learned = 0
+    opens = frame.index(b"{") + 1
+    changed = [frame[:at] + b" " + frame[at + 1:] for at in range(len(frame))
+               if frame[at:at + 1].isalpha()]
+    for damaged in [*changed, frame[:opens] + b'"x":1,' + frame[opens:]]:  # (or a member more)
+        reads = [b"".join(frames[:k]), damaged, b"".join(frames[k + 1:])]
+        got = []
+        for decoding in (StreamDecoding(u, 1 << 20), TemplateDecoding.of(u, 1 << 20, None)):
+            assert decoding is not None
+            events: list[StreamEvent] = []
+            for r in reads:
+                payloads = decoding.payloads(r)
+                if isinstance(payloads, StreamError):  # (not JSON any more)
+                    events.append(payloads)
+                    break
+                if r is damaged:
+                    learned += sum(type(p) is Slot and p.value is not None for p in payloads)
+                for p in payloads:
+                    events.extend(decoding.decode(p))
+            events.extend(decoding.finish())
+            got.append(events)
+        assert got[0] == got[1], (up, damaged)
+    assert learned  # (the case this test is for: a Slot of a template learned from this frame)
