@@ -733,8 +733,8 @@ class _Decoder:
             if isinstance(payload, RawData):
                 if payload.text.strip() == "[DONE]":
                     self._done = True
-                    return [*self._end_calls(), StreamFinish(self._reason or "stop",
-                                                             self._usage)]
+                    finish = StreamFinish(self._reason or "stop", self._usage)
+                    return [*self._end_calls(), finish] if self._calls else [finish]
                 raise DialectError("an event's data is not JSON", "stream")
             raise DialectError("a chunk must be an object", "stream")
         if payload.get("error") is not None:
@@ -756,10 +756,12 @@ class _Decoder:
             choice = choices[0]
             if isinstance(choice, dict):
                 delta = choice.get("delta")
-                if isinstance(delta, dict):
+                if isinstance(delta, dict) and delta:  # (the finish chunk's is empty)
                     text = delta.get("content")
-                    if len(delta) == 1 and text is not None:
-                        # a piece of text alone, nearly every chunk: what _delta makes of it
+                    if text is not None and (len(delta) == 1
+                                             or (len(delta) == 2 and "role" in delta)):
+                        # a piece of text alone (nearly every chunk), or beside the role (the
+                        # first chunk): what _delta makes of it
                         if isinstance(text, str) and text:
                             events.append(TextDelta(text))
                     else:
@@ -767,7 +769,8 @@ class _Decoder:
                 reason = choice.get("finish_reason")
                 if isinstance(reason, str):
                     self._reason = _finish_in(reason)
-                    events.extend(self._end_calls())
+                    if self._calls:
+                        events.extend(self._end_calls())
         return events
 
     def _delta(self, delta: dict[str, Any], events: list[StreamEvent]) -> None:
@@ -829,14 +832,23 @@ _TEXT_TAIL = b'},"logprobs":null,"finish_reason":null}]}'
 prefix."""
 _PLAIN_TEXT_TAIL = b'"' + _TEXT_TAIL
 """The same after a text's string body (``plain_texts``)."""
+_START_TAIL = b',"choices":' + orjson.dumps(
+    [{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+      "finish_reason": None}]) + b"}"
+"""The stream's first chunk after the prefix (:meth:`_Encoder._chunk` of the role), written once."""
+_FINISH_TAILS = {reason: b',"choices":' + orjson.dumps(
+    [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": reason}]) + b"}"
+    for reason in _KNOWN_FINISH}
+"""The finish chunk after the prefix, by finish reason (:func:`_finish_out` gives only these)."""
 
 
 class _Encoder:
     __slots__ = ("_agent", "_calls", "_closed", "_created", "_custom", "_first", "_id",
-                 "_include_usage", "_model", "_prefix", "_spoke")
+                 "_include_usage", "_model", "_prefix", "_spoke", "_text_head")
 
     def __init__(self, model: str | None, include_usage: bool) -> None:
-        self._id = new_completion_id()
+        # (the id is minted when the first chunk is written, if the upstream named none)
+        self._id: str | None = None
         self._created = now()
         self._model = model or "unknown"
         self._include_usage = include_usage
@@ -848,14 +860,23 @@ class _Encoder:
         self._custom: set[int] = set()
         """The indexes of freeform calls (their deltas go under ``custom``)."""
         self._prefix = b""
+        self._text_head = b""
+        """The prefix and :data:`_TEXT_HEAD`: a text chunk up to its text."""
 
-    def _chunk(self, delta: dict[str, Any], reason: str | None = None) -> bytes:
+    def _head(self) -> bytes:
+        """The chunks' common start (their id, created and model), made on the first chunk."""
         if not self._prefix:
+            if self._id is None:
+                self._id = new_completion_id()
             self._prefix = orjson.dumps({
                 "id": self._id, "object": "chat.completion.chunk",
                 "created": self._created, "model": self._model,
             })[:-1]
-        return self._prefix + b',"choices":' + orjson.dumps(
+            self._text_head = self._prefix + _TEXT_HEAD
+        return self._prefix
+
+    def _chunk(self, delta: dict[str, Any], reason: str | None = None) -> bytes:
+        return self._head() + b',"choices":' + orjson.dumps(
             [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}]) + b"}"
 
     def plain_texts(self, texts: list[bytes]) -> list[Payload] | None:
@@ -864,14 +885,14 @@ class _Encoder:
         if self._first or self._closed or self._agent is not None:
             return None
         self._spoke = True
-        head = self._prefix + _TEXT_HEAD + b'"'
+        head = self._text_head + b'"'
         return [b"".join((head, t, _PLAIN_TEXT_TAIL)) for t in texts]
 
     def _start(self) -> list[Payload]:
         if not self._first:
             return []
         self._first = False
-        return [self._chunk({"role": "assistant", "content": ""})]
+        return [self._head() + _START_TAIL]
 
     def encode(self, event: StreamEvent) -> list[Payload]:
         if self._closed:
@@ -880,8 +901,7 @@ class _Encoder:
             # a piece of text once the stream has begun, nearly every event: the bytes the
             # TextDelta case below writes (_chunk of {"content": text})
             self._spoke = True
-            return [b"".join((self._prefix, _TEXT_HEAD, orjson.dumps(event.text),
-                              _TEXT_TAIL))]
+            return [b"".join((self._text_head, orjson.dumps(event.text), _TEXT_TAIL))]
         match event:
             case StreamStart():
                 if self._first:
@@ -931,7 +951,7 @@ class _Encoder:
                 out = self._start()
                 self._closed = True
                 reason = event.reason or ("tool_calls" if self._calls else None)
-                out.append(self._chunk({}, _finish_out(reason)))
+                out.append(self._head() + _FINISH_TAILS[_finish_out(reason)])
                 if self._include_usage and event.usage is not None:
                     out.append(self._prefix + b',"choices":[],"usage":'
                                + orjson.dumps(_render_usage(event.usage)) + b"}")
