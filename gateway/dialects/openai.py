@@ -492,6 +492,11 @@ def _parts_text(content: JSON) -> str:
 
 def _render_message(m: Message, same: bool) -> dict[str, Any]:
     kept = m.extras
+    content = m.content
+    if (content.__class__ is str and not kept and not m.tool_calls and m.name is None
+            and m.tool_call_id is None and not m.reasoning):
+        # a role and a text alone, nearly every message: what the full writing below gives
+        return {"role": m.role, "content": content}
     wire: dict[str, Any]
     if not same or not kept:
         wire = {}
@@ -500,7 +505,6 @@ def _render_message(m: Message, same: bool) -> dict[str, Any]:
     else:
         wire = dict(kept)
     wire["role"] = m.role
-    content = m.content
     if m.tool_calls and content == "" and "content" not in wire:
         wire["content"] = None
     elif not (same and content == "" and wire.get("content", "") is None):
