@@ -320,18 +320,22 @@ class OpenAIDialect(SamplesFromPackage):
 
     def render_response(self, resp: ChatResponse, req: ChatRequest) -> JSON:
         same = resp.extras_dialect == NAME
-        extras = dict(resp.extras) if same else {}
-        choice: dict[str, Any] = extras.pop("_choice", None) or {"index": 0, "logprobs": None}
-        raw_usage = extras.pop("_usage", None)
+        out: dict[str, Any] = dict(resp.extras) if same else {}
+        kept_choice = out.pop("_choice", None)
+        raw_usage = out.pop("_usage", None)
         message: dict[str, Any] = {}
-        first = resp.messages[0] if resp.messages else None
-        if same and first is not None:
-            message.update(first.extras)
+        messages = resp.messages
+        if len(messages) == 1 and messages[0].agent is None:
+            # one message, nearly every answer: what the properties below read of it, without
+            # their lists
+            first = messages[0]
+            calls, text, thoughts = first.tool_calls, first.content, first.reasoning
+        else:
+            calls, text, thoughts = resp.tool_calls, resp.text, resp.reasoning
+        if same and messages:
+            message.update(messages[0].extras)
         message["role"] = "assistant"
-        calls = resp.tool_calls
-        text = resp.text
         message["content"] = text if text or not calls else None
-        thoughts = resp.reasoning
         if thoughts:
             reasoning = "".join(r.text for r in thoughts)
             if reasoning:
@@ -340,15 +344,14 @@ class OpenAIDialect(SamplesFromPackage):
             message["tool_calls"] = [_render_call(c) for c in calls]
         reason = resp.finish_reason if same and resp.finish_reason else _finish_out(
             resp.finish_reason or ("tool_calls" if calls else None))
-        choice = {**choice, "message": message, "finish_reason": reason}
-        out: dict[str, Any] = {
-            **extras,
-            "id": resp.id or new_completion_id(),
-            "object": extras.get("object", "chat.completion"),
-            "created": resp.created or now(),
-            "model": resp.model or req.model or "unknown",
-            "choices": [choice],
-        }
+        choice = {**kept_choice, "message": message, "finish_reason": reason} if kept_choice \
+            else {"index": 0, "logprobs": None, "message": message, "finish_reason": reason}
+        # (the keys set in place on the extras' copy: the order a spread of them gives)
+        out["id"] = resp.id or new_completion_id()
+        out["object"] = out.get("object", "chat.completion")
+        out["created"] = resp.created or now()
+        out["model"] = resp.model or req.model or "unknown"
+        out["choices"] = [choice]
         if raw_usage is not None:
             out["usage"] = raw_usage
         elif resp.usage is not None:
