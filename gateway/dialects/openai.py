@@ -299,16 +299,23 @@ class OpenAIDialect(SamplesFromPackage):
         usage = obj.get("usage")
         if isinstance(usage, dict):
             extras["_usage"] = usage
-        calls = message.get("tool_calls")
-        return ChatResponse(
-            messages=[AssistantMessage(
+        if len(message) == 2 and isinstance(role, str) and isinstance(content, str):
+            # a role and a text alone, nearly every answer: what the full reading below makes
+            # of it (no calls, no reasoning, nothing else kept)
+            answer = AssistantMessage(content=text, role=role, tool_calls=[], reasoning=[],
+                                      extras={})
+        else:
+            calls = message.get("tool_calls")
+            answer = AssistantMessage(
                 content=text,
                 role=role if isinstance(role, str) else "assistant",
                 tool_calls=[] if calls is None else _parse_tool_calls(
                     calls, "choices[0].message.tool_calls"),
                 reasoning=_reasoning_of(message),
                 extras=split_known(message, _MESSAGE_KEYS),
-            )],
+            )
+        return ChatResponse(
+            messages=[answer],
             finish_reason=_FINISH_IN.get(reason, reason) if isinstance(reason, str) else None,
             usage=_usage(usage),
             id=_str(obj.get("id")),
