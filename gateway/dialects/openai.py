@@ -916,7 +916,7 @@ class _Encoder:
             # TextDelta case below writes (_chunk of {"content": text})
             self._spoke = True
             return [b"".join((self._text_head, orjson.dumps(event.text), _TEXT_TAIL))]
-        match event:
+        match event:  # (the cases each stream has first, the finish among them)
             case StreamStart():
                 if self._first:
                     if event.id:
@@ -934,6 +934,16 @@ class _Encoder:
                     self._agent = event.agent
                 self._spoke = True
                 out.append(self._chunk({"content": text}))
+                return out
+            case StreamFinish():
+                out = self._start()  # (the prefix is made by then)
+                self._closed = True
+                reason = event.reason or ("tool_calls" if self._calls else None)
+                out.append(self._prefix + _FINISH_TAILS[_finish_out(reason)])
+                if self._include_usage and event.usage is not None:
+                    out.append(self._prefix + b',"choices":[],"usage":'
+                               + orjson.dumps(_render_usage(event.usage)) + b"}")
+                out.append(_DONE)
                 return out
             case ReasoningDelta():
                 out = self._start()
@@ -961,16 +971,6 @@ class _Encoder:
                     "index": event.index, "function": {"arguments": event.arguments}}]})]
             case ToolCallEnd() | ContextUpdate():
                 return []
-            case StreamFinish():
-                out = self._start()
-                self._closed = True
-                reason = event.reason or ("tool_calls" if self._calls else None)
-                out.append(self._head() + _FINISH_TAILS[_finish_out(reason)])
-                if self._include_usage and event.usage is not None:
-                    out.append(self._prefix + b',"choices":[],"usage":'
-                               + orjson.dumps(_render_usage(event.usage)) + b"}")
-                out.append(_DONE)
-                return out
             case StreamError():
                 self._closed = True
                 return [orjson.dumps({"error": {
