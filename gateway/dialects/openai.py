@@ -299,16 +299,23 @@ class OpenAIDialect(SamplesFromPackage):
         usage = obj.get("usage")
         if isinstance(usage, dict):
             extras["_usage"] = usage
-        calls = message.get("tool_calls")
-        return ChatResponse(
-            messages=[AssistantMessage(
+        if len(message) == 2 and isinstance(role, str) and isinstance(content, str):
+            # a role and a text alone, nearly every answer: what the full reading below makes
+            # of it (no calls, no reasoning, nothing else kept)
+            answer = AssistantMessage(content=text, role=role, tool_calls=[], reasoning=[],
+                                      extras={})
+        else:
+            calls = message.get("tool_calls")
+            answer = AssistantMessage(
                 content=text,
                 role=role if isinstance(role, str) else "assistant",
                 tool_calls=[] if calls is None else _parse_tool_calls(
                     calls, "choices[0].message.tool_calls"),
                 reasoning=_reasoning_of(message),
                 extras=split_known(message, _MESSAGE_KEYS),
-            )],
+            )
+        return ChatResponse(
+            messages=[answer],
             finish_reason=_FINISH_IN.get(reason, reason) if isinstance(reason, str) else None,
             usage=_usage(usage),
             id=_str(obj.get("id")),
@@ -320,18 +327,22 @@ class OpenAIDialect(SamplesFromPackage):
 
     def render_response(self, resp: ChatResponse, req: ChatRequest) -> JSON:
         same = resp.extras_dialect == NAME
-        extras = dict(resp.extras) if same else {}
-        choice: dict[str, Any] = extras.pop("_choice", None) or {"index": 0, "logprobs": None}
-        raw_usage = extras.pop("_usage", None)
+        out: dict[str, Any] = dict(resp.extras) if same else {}
+        kept_choice = out.pop("_choice", None)
+        raw_usage = out.pop("_usage", None)
         message: dict[str, Any] = {}
-        first = resp.messages[0] if resp.messages else None
-        if same and first is not None:
-            message.update(first.extras)
+        messages = resp.messages
+        if len(messages) == 1 and messages[0].agent is None:
+            # one message, nearly every answer: what the properties below read of it, without
+            # their lists
+            first = messages[0]
+            calls, text, thoughts = first.tool_calls, first.content, first.reasoning
+        else:
+            calls, text, thoughts = resp.tool_calls, resp.text, resp.reasoning
+        if same and messages:
+            message.update(messages[0].extras)
         message["role"] = "assistant"
-        calls = resp.tool_calls
-        text = resp.text
         message["content"] = text if text or not calls else None
-        thoughts = resp.reasoning
         if thoughts:
             reasoning = "".join(r.text for r in thoughts)
             if reasoning:
@@ -340,15 +351,14 @@ class OpenAIDialect(SamplesFromPackage):
             message["tool_calls"] = [_render_call(c) for c in calls]
         reason = resp.finish_reason if same and resp.finish_reason else _finish_out(
             resp.finish_reason or ("tool_calls" if calls else None))
-        choice = {**choice, "message": message, "finish_reason": reason}
-        out: dict[str, Any] = {
-            **extras,
-            "id": resp.id or new_completion_id(),
-            "object": extras.get("object", "chat.completion"),
-            "created": resp.created or now(),
-            "model": resp.model or req.model or "unknown",
-            "choices": [choice],
-        }
+        choice = {**kept_choice, "message": message, "finish_reason": reason} if kept_choice \
+            else {"index": 0, "logprobs": None, "message": message, "finish_reason": reason}
+        # (the keys set in place on the extras' copy: the order a spread of them gives)
+        out["id"] = resp.id or new_completion_id()
+        out["object"] = out.get("object", "chat.completion")
+        out["created"] = resp.created or now()
+        out["model"] = resp.model or req.model or "unknown"
+        out["choices"] = [choice]
         if raw_usage is not None:
             out["usage"] = raw_usage
         elif resp.usage is not None:
@@ -492,6 +502,11 @@ def _parts_text(content: JSON) -> str:
 
 def _render_message(m: Message, same: bool) -> dict[str, Any]:
     kept = m.extras
+    content = m.content
+    if (content.__class__ is str and not kept and not m.tool_calls and m.name is None
+            and m.tool_call_id is None and not m.reasoning):
+        # a role and a text alone, nearly every message: what the full writing below gives
+        return {"role": m.role, "content": content}
     wire: dict[str, Any]
     if not same or not kept:
         wire = {}
@@ -500,7 +515,6 @@ def _render_message(m: Message, same: bool) -> dict[str, Any]:
     else:
         wire = dict(kept)
     wire["role"] = m.role
-    content = m.content
     if m.tool_calls and content == "" and "content" not in wire:
         wire["content"] = None
     elif not (same and content == "" and wire.get("content", "") is None):
@@ -733,8 +747,8 @@ class _Decoder:
             if isinstance(payload, RawData):
                 if payload.text.strip() == "[DONE]":
                     self._done = True
-                    return [*self._end_calls(), StreamFinish(self._reason or "stop",
-                                                             self._usage)]
+                    finish = StreamFinish(self._reason or "stop", self._usage)
+                    return [*self._end_calls(), finish] if self._calls else [finish]
                 raise DialectError("an event's data is not JSON", "stream")
             raise DialectError("a chunk must be an object", "stream")
         if payload.get("error") is not None:
@@ -756,10 +770,12 @@ class _Decoder:
             choice = choices[0]
             if isinstance(choice, dict):
                 delta = choice.get("delta")
-                if isinstance(delta, dict):
+                if isinstance(delta, dict) and delta:  # (the finish chunk's is empty)
                     text = delta.get("content")
-                    if len(delta) == 1 and text is not None:
-                        # a piece of text alone, nearly every chunk: what _delta makes of it
+                    if text is not None and (len(delta) == 1
+                                             or (len(delta) == 2 and "role" in delta)):
+                        # a piece of text alone (nearly every chunk), or beside the role (the
+                        # first chunk): what _delta makes of it
                         if isinstance(text, str) and text:
                             events.append(TextDelta(text))
                     else:
@@ -767,7 +783,8 @@ class _Decoder:
                 reason = choice.get("finish_reason")
                 if isinstance(reason, str):
                     self._reason = _finish_in(reason)
-                    events.extend(self._end_calls())
+                    if self._calls:
+                        events.extend(self._end_calls())
         return events
 
     def _delta(self, delta: dict[str, Any], events: list[StreamEvent]) -> None:
@@ -829,14 +846,23 @@ _TEXT_TAIL = b'},"logprobs":null,"finish_reason":null}]}'
 prefix."""
 _PLAIN_TEXT_TAIL = b'"' + _TEXT_TAIL
 """The same after a text's string body (``plain_texts``)."""
+_START_TAIL = b',"choices":' + orjson.dumps(
+    [{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+      "finish_reason": None}]) + b"}"
+"""The stream's first chunk after the prefix (:meth:`_Encoder._chunk` of the role), written once."""
+_FINISH_TAILS = {reason: b',"choices":' + orjson.dumps(
+    [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": reason}]) + b"}"
+    for reason in _KNOWN_FINISH}
+"""The finish chunk after the prefix, by finish reason (:func:`_finish_out` gives only these)."""
 
 
 class _Encoder:
     __slots__ = ("_agent", "_calls", "_closed", "_created", "_custom", "_first", "_id",
-                 "_include_usage", "_model", "_prefix", "_spoke")
+                 "_include_usage", "_model", "_prefix", "_spoke", "_text_head")
 
     def __init__(self, model: str | None, include_usage: bool) -> None:
-        self._id = new_completion_id()
+        # (the id is minted when the first chunk is written, if the upstream named none)
+        self._id: str | None = None
         self._created = now()
         self._model = model or "unknown"
         self._include_usage = include_usage
@@ -848,14 +874,23 @@ class _Encoder:
         self._custom: set[int] = set()
         """The indexes of freeform calls (their deltas go under ``custom``)."""
         self._prefix = b""
+        self._text_head = b""
+        """The prefix and :data:`_TEXT_HEAD`: a text chunk up to its text."""
 
-    def _chunk(self, delta: dict[str, Any], reason: str | None = None) -> bytes:
+    def _head(self) -> bytes:
+        """The chunks' common start (their id, created and model), made on the first chunk."""
         if not self._prefix:
+            if self._id is None:
+                self._id = new_completion_id()
             self._prefix = orjson.dumps({
                 "id": self._id, "object": "chat.completion.chunk",
                 "created": self._created, "model": self._model,
             })[:-1]
-        return self._prefix + b',"choices":' + orjson.dumps(
+            self._text_head = self._prefix + _TEXT_HEAD
+        return self._prefix
+
+    def _chunk(self, delta: dict[str, Any], reason: str | None = None) -> bytes:
+        return self._head() + b',"choices":' + orjson.dumps(
             [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}]) + b"}"
 
     def plain_texts(self, texts: list[bytes]) -> list[Payload] | None:
@@ -864,14 +899,14 @@ class _Encoder:
         if self._first or self._closed or self._agent is not None:
             return None
         self._spoke = True
-        head = self._prefix + _TEXT_HEAD + b'"'
+        head = self._text_head + b'"'
         return [b"".join((head, t, _PLAIN_TEXT_TAIL)) for t in texts]
 
     def _start(self) -> list[Payload]:
         if not self._first:
             return []
         self._first = False
-        return [self._chunk({"role": "assistant", "content": ""})]
+        return [self._head() + _START_TAIL]
 
     def encode(self, event: StreamEvent) -> list[Payload]:
         if self._closed:
@@ -880,9 +915,8 @@ class _Encoder:
             # a piece of text once the stream has begun, nearly every event: the bytes the
             # TextDelta case below writes (_chunk of {"content": text})
             self._spoke = True
-            return [b"".join((self._prefix, _TEXT_HEAD, orjson.dumps(event.text),
-                              _TEXT_TAIL))]
-        match event:
+            return [b"".join((self._text_head, orjson.dumps(event.text), _TEXT_TAIL))]
+        match event:  # (the cases each stream has first, the finish among them)
             case StreamStart():
                 if self._first:
                     if event.id:
@@ -900,6 +934,16 @@ class _Encoder:
                     self._agent = event.agent
                 self._spoke = True
                 out.append(self._chunk({"content": text}))
+                return out
+            case StreamFinish():
+                out = self._start()  # (the prefix is made by then)
+                self._closed = True
+                reason = event.reason or ("tool_calls" if self._calls else None)
+                out.append(self._prefix + _FINISH_TAILS[_finish_out(reason)])
+                if self._include_usage and event.usage is not None:
+                    out.append(self._prefix + b',"choices":[],"usage":'
+                               + orjson.dumps(_render_usage(event.usage)) + b"}")
+                out.append(_DONE)
                 return out
             case ReasoningDelta():
                 out = self._start()
@@ -927,16 +971,6 @@ class _Encoder:
                     "index": event.index, "function": {"arguments": event.arguments}}]})]
             case ToolCallEnd() | ContextUpdate():
                 return []
-            case StreamFinish():
-                out = self._start()
-                self._closed = True
-                reason = event.reason or ("tool_calls" if self._calls else None)
-                out.append(self._chunk({}, _finish_out(reason)))
-                if self._include_usage and event.usage is not None:
-                    out.append(self._prefix + b',"choices":[],"usage":'
-                               + orjson.dumps(_render_usage(event.usage)) + b"}")
-                out.append(_DONE)
-                return out
             case StreamError():
                 self._closed = True
                 return [orjson.dumps({"error": {

@@ -158,3 +158,71 @@ def test_keys_of_text_and_image_parts_go_back_to_openai_and_nowhere_else() -> No
     _, out, lost = translate_request(body, ME, other, policy="drop")
     assert "prompt_cache_breakpoint" not in orjson.dumps(out).decode()
     assert "messages[].content[].prompt_cache_breakpoint" in lost
+
+
+@pytest.mark.parametrize("reason", [None, "stop", "length", "tool_calls", "content_filter",
+                                    "error", "something_new"])
+def test_encoder_start_and_finish_chunks_are_those_its_chunk_writer_writes(
+        reason: str | None) -> None:
+    """The first and the finish chunks are written from bytes made once: the very bytes the
+    general chunk writer gives for them, whatever the finish reason."""
+    from gateway.canonical import StreamFinish, StreamStart
+    from gateway.dialects.openai import _finish_out
+
+    enc = ME.encoder(client(None))
+    start = enc.encode(StreamStart(id="chatcmpl-1", created=7, model="m"))
+    assert start == [enc._chunk({"role": "assistant", "content": ""})]
+    assert orjson.loads(start[0])["id"] == "chatcmpl-1"
+    finish = enc.encode(StreamFinish(reason))
+    assert finish == [enc._chunk({}, _finish_out(reason)), b"[DONE]"]
+
+
+def test_encoder_without_an_upstream_id_mints_one_for_every_chunk() -> None:
+    from gateway.canonical import StreamFinish, TextDelta
+
+    enc = ME.encoder(client(None))
+    out = [*enc.encode(TextDelta("a")), *enc.encode(StreamFinish("stop"))]
+    ids = {orjson.loads(p)["id"] for p in out if p != b"[DONE]"}
+    assert len(ids) == 1 and ids.pop().startswith("chatcmpl-")
+
+
+@pytest.mark.parametrize("delta", [
+    {"role": "assistant", "content": ""}, {"role": "assistant", "content": "hi"},
+    {"role": "assistant", "content": None}, {"role": "assistant", "content": 3},
+    {"content": "hi"}, {"content": ""}, {"role": "assistant", "reasoning_content": "r"},
+    {"content": "hi", "reasoning_content": "r"}, {}, {"role": "assistant"}])
+def test_decoder_shortcuts_read_what_the_general_delta_reading_reads(delta: dict[str, object],
+                                                                    ) -> None:
+    chunk = {"id": "c", "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+    fast = ME.decoder()
+    general = ME.decoder()
+    expected = general.decode({**chunk, "choices": []})
+    general._delta(delta, expected)
+    assert fast.decode(chunk) == expected
+
+
+def test_plain_messages_and_answers_read_and_write_as_the_general_paths() -> None:
+    """A role and a text alone, the shortcut's shape, and the shapes beside it that are not."""
+    from gateway.dialects.openai import _render_message
+
+    for m in [{"role": "user", "content": "hi"}, {"role": "user", "content": "hi", "name": "n"},
+              {"role": "assistant", "content": None, "tool_calls": [{
+                  "id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+              {"role": "tool", "content": "r", "tool_call_id": "c"}]:
+        body = {"model": "m", "messages": [m]}
+        req = ME.parse_request(body)
+        assert ME.render_request(req, stream=False, model="m")["messages"] == [m]
+        assert _render_message(req.messages[0], False) == {**m, "content": m["content"] or (
+            None if "tool_calls" in m else "")}
+    for message in [{"role": "assistant", "content": "hi"},
+                    {"role": None, "content": "hi"},
+                    {"role": "assistant", "content": "hi", "reasoning_content": "r"},
+                    {"role": "assistant", "content": "hi", "refusal": None}]:
+        answer = {"id": "x", "object": "chat.completion", "created": 1, "model": "m",
+                  "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
+        resp = ME.parse_response(answer)
+        assert resp.messages[0].role == (message["role"] or "assistant")
+        back = ME.render_response(resp, client(None))
+        assert back["choices"][0]["message"] == {**message, "role": "assistant"}
+        # (the upstream's own "object" is kept where its extras put it)
+        assert list(back) == ["object", "id", "created", "model", "choices"]
