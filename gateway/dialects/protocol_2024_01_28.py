@@ -267,6 +267,13 @@ _TEXT_HEAD = b'{"choices":[{"delta":{"content":'
 _TEXT_TAIL = b'},"finish_reason":null,"index":0}]'
 """How :meth:`_Encoder._wrap` writes a text chunk's choice around its text (a JSON string),
 before the tail."""
+_START_HEAD = b'{"choices":[{"delta":{"role":"assistant"},"context":'
+_START_TAIL = b',"finish_reason":null,"index":0}]'
+_EMPTY_CONTEXT_JSON = orjson.dumps(_EMPTY_CONTEXT)
+"""How :meth:`_Encoder._start` writes the first chunk around its context, before the tail."""
+_FINISH_STOP = b'{"choices":[{"delta":{},"finish_reason":"stop","index":0}]'
+"""How :meth:`_Encoder._wrap` writes the last chunk of a stream that stopped, with no usage,
+before the tail."""
 
 
 class _Encoder:
@@ -293,20 +300,23 @@ class _Encoder:
         if model:
             tail["model"] = model
         self._tail = b"," + orjson.dumps(tail)[1:]
-        choice: dict[str, Any] = {"delta": {"role": "assistant"}}
         # The first chunk's context is where this version's frontend finds the answer's shell:
         # it keeps the chunk only when context.data_points is there, and reads choices[0] of
         # what it kept on the first piece of text (azure-search-openai-demo's Chat.tsx of that
         # version), so a context without data_points gets the empty one.
-        context = start.context if start and start.context is not None else _EMPTY_CONTEXT
-        if isinstance(context, dict) and not isinstance(context.get("data_points"), dict):
-            context = {**context, "data_points": _EMPTY_CONTEXT["data_points"]}
-        choice["context"] = context
+        context = start.context if start else None
+        if context is None:
+            written = _EMPTY_CONTEXT_JSON
+        else:
+            if isinstance(context, dict) and not isinstance(context.get("data_points"), dict):
+                context = {**context, "data_points": _EMPTY_CONTEXT["data_points"]}
+            written = orjson.dumps(context)
+        # the bytes orjson writes of the choice {delta, context, session_state?, finish_reason,
+        # index}, its constant parts written once
+        state = b""
         if start and start.session_state is not None:
-            choice["session_state"] = start.session_state
-        choice["finish_reason"] = None
-        choice["index"] = 0
-        return [self._wrap(choice)]
+            state = b',"session_state":' + orjson.dumps(start.session_state)
+        return [b"".join((_START_HEAD, written, state, _START_TAIL, self._tail))]
 
     def plain_texts(self, texts: list[bytes]) -> list[Payload] | None:
         """:meth:`gateway.dialects.base.StreamEncoder` ``plain_texts``: once the stream has
@@ -358,8 +368,12 @@ class _Encoder:
             case StreamFinish():
                 out = self._start()
                 self._closed = True
-                out.append(self._wrap({"delta": {}, "finish_reason": event.reason or "stop",
-                                       "index": 0}, event.usage))
+                reason = event.reason or "stop"
+                if reason == "stop" and event.usage is None:
+                    out.append(_FINISH_STOP + self._tail)  # the _wrap below, written once
+                else:
+                    out.append(self._wrap({"delta": {}, "finish_reason": reason, "index": 0},
+                                          event.usage))
                 return out
             case StreamError():
                 self._closed = True

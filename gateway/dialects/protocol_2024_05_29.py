@@ -237,6 +237,12 @@ class _Decoder:
         return [StreamFinish()]
 
 
+_START_HEAD = b'{"delta":{"role":"assistant"},"context":'
+_EMPTY_CONTEXT_JSON = orjson.dumps(_EMPTY_CONTEXT)
+"""How :meth:`_Encoder._start` writes the first line of a stream with no state around its
+context."""
+
+
 class _Encoder:
     __slots__ = ("_agent", "_closed", "_first", "_keys", "_spoke")
 
@@ -260,10 +266,19 @@ class _Encoder:
         if not self._first:
             return []
         self._first = False
-        context = start.context if start and start.context is not None else _EMPTY_CONTEXT
-        if isinstance(context, dict) and not isinstance(context.get("data_points"), dict):
-            context = {**context, "data_points": _EMPTY_CONTEXT["data_points"]}
-        return [self._line({"role": "assistant"}, context, start.session_state if start else None)]
+        context = start.context if start else None
+        if context is None:
+            written = _EMPTY_CONTEXT_JSON
+        else:
+            if isinstance(context, dict) and not isinstance(context.get("data_points"), dict):
+                context = {**context, "data_points": _EMPTY_CONTEXT["data_points"]}
+            written = orjson.dumps(context)
+        state = start.session_state if start else None
+        if state is None:
+            # the bytes _line writes of this delta and context, its constant parts written once
+            return [b"".join((_START_HEAD, written, b"}"))]
+        return [self._line({"role": "assistant"}, context if context is not None
+                           else _EMPTY_CONTEXT, state)]
 
     def plain_texts(self, texts: list[bytes]) -> list[Payload] | None:
         """:meth:`gateway.dialects.base.StreamEncoder` ``plain_texts``: once the stream has
