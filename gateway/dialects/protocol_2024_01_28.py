@@ -39,7 +39,6 @@ from gateway.dialects.base import (
     Capabilities,
     SamplesFromPackage,
     TokenCount,
-    answer_context,
     error_text,
     expect_object,
     parse_messages,
@@ -66,6 +65,7 @@ _CHOICE_KEYS = frozenset({"message", "context", "session_state", "finish_reason"
 # answer; a whole answer carries this when the upstream sent no context.
 _EMPTY_CONTEXT: dict[str, Any] = {"data_points": {"text": []}, "thoughts": [],
                                   "followup_questions": []}
+_EMPTY_CONTEXT_JSON = orjson.dumps(_EMPTY_CONTEXT)
 
 
 class Protocol20240128(SamplesFromPackage):
@@ -135,23 +135,25 @@ class Protocol20240128(SamplesFromPackage):
         if content is not None and not isinstance(content, str):
             raise DialectError("must be a string", "choices[0].message.content")
         reason = choice.get("finish_reason")
-        created = obj.get("created")
+        get = obj.get
+        created, usage, rid, model = get("created"), get("usage"), get("id"), get("model")
         extras = split_known(obj, _RESPONSE_KEYS)
         extras["_choice"] = split_known(choice, _CHOICE_KEYS)
-        if isinstance(obj.get("usage"), dict):
-            extras["_usage"] = obj["usage"]
+        if isinstance(usage, dict):
+            extras["_usage"] = usage
         return ChatResponse(
             messages=[AssistantMessage(
                 content=content or "",
                 extras=split_known(message, _CONTENT_KEY),
             )],
             context=choice.get("context"),
-            session_state=choice.get("session_state", obj.get("session_state")),
+            session_state=(choice["session_state"] if "session_state" in choice
+                           else get("session_state")),
             finish_reason=reason if isinstance(reason, str) else None,
-            usage=usage_from_openai_shape(obj.get("usage")),
-            id=obj["id"] if isinstance(obj.get("id"), str) else None,
+            usage=usage_from_openai_shape(usage) if usage is not None else None,
+            id=rid if isinstance(rid, str) else None,
             created=created if isinstance(created, int) else None,
-            model=obj["model"] if isinstance(obj.get("model"), str) else None,
+            model=model if isinstance(model, str) else None,
             extras=extras,
             extras_dialect=NAME,
         )
@@ -167,9 +169,10 @@ class Protocol20240128(SamplesFromPackage):
         message.setdefault("role", "assistant")
         message["content"] = resp.text
         choice["message"] = message
-        context = answer_context(self.capabilities, resp.context)
-        if context is not None:
-            choice["context"] = context
+        # the context the upstream sent, else a fresh copy of the empty one (answer_context's,
+        # read by orjson at C speed rather than copied a dict at a time)
+        context = resp.context
+        choice["context"] = orjson.loads(_EMPTY_CONTEXT_JSON) if context is None else context
         if resp.session_state is not None:
             choice["session_state"] = resp.session_state
         choice["finish_reason"] = resp.finish_reason or "stop"
@@ -269,7 +272,6 @@ _TEXT_TAIL = b'},"finish_reason":null,"index":0}]'
 before the tail."""
 _START_HEAD = b'{"choices":[{"delta":{"role":"assistant"},"context":'
 _START_TAIL = b',"finish_reason":null,"index":0}]'
-_EMPTY_CONTEXT_JSON = orjson.dumps(_EMPTY_CONTEXT)
 """How :meth:`_Encoder._start` writes the first chunk around its context, before the tail."""
 _FINISH_STOP = b'{"choices":[{"delta":{},"finish_reason":"stop","index":0}]'
 """How :meth:`_Encoder._wrap` writes the last chunk of a stream that stopped, with no usage,
