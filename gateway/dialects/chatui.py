@@ -401,30 +401,24 @@ class _Decoder:
         if status == "failed" or (get("error") is not None and "content" not in payload):
             return self._failed(payload)
         mid, agent = get("messageId"), get("agentName")
-        if not isinstance(agent, str):
+        if agent.__class__ is not str and not isinstance(agent, str):
             agent = None
-        events: list[StreamEvent]
-        if self._started:
-            events = []
-        else:
-            self._started = True
-            events = [StreamStart(session_state=_conversation(payload),
-                                  id=mid if isinstance(mid, str) else None)]
-        if (mid != self._id and self._id is not None) or agent != self._agent:
-            self._content = ""  # another message: another agent's text starts
-            self._told = False
-        self._id, self._agent = mid, agent
         content = get("content")
-        if isinstance(content, str):
-            prev = self._content
-            # nearly every event extends the text so far: one comparison of its prefix
-            piece = (content[len(prev):] if content.startswith(prev)
-                     else content[_common_prefix(prev, content):])
-            self._content = content
-            if piece:
-                told = mid if isinstance(mid, str) and not self._told else None
-                self._told = True  # the message's id goes with its first text only
-                events.append(TextDelta(piece, agent, told))
+        events: list[StreamEvent]
+        if self._told and mid == self._id and agent == self._agent:
+            # the message goes on, its id told (nearly every event): only the text it adds and
+            # its sources can be news
+            if content.__class__ is str or isinstance(content, str):
+                prev = self._content
+                # one comparison of its prefix: nearly every event extends the text so far
+                piece = (content[len(prev):] if content.startswith(prev)
+                         else content[_common_prefix(prev, content):])
+                self._content = content
+                events = [TextDelta(piece, agent)] if piece else []
+            else:
+                events = []
+        else:
+            events = self._begun(payload, mid, agent, content)
         sources = get("sources")
         if isinstance(sources, list) and sources and sources != self._sources:
             self._sources = sources
@@ -434,6 +428,30 @@ class _Decoder:
         # the last event decides: in a multi-agent stream one agent's "completed" is followed
         # by the next agent's "processing" events
         self._completed = status == "completed"
+        return events
+
+    def _begun(self, payload: dict[str, Any], mid: JSON, agent: str | None,
+               content: JSON) -> list[StreamEvent]:
+        """The events of the stream's first event, of a message's first, or of one before the
+        message's id went with a text."""
+        events: list[StreamEvent] = []
+        if not self._started:
+            self._started = True
+            events.append(StreamStart(session_state=_conversation(payload),
+                                      id=mid if isinstance(mid, str) else None))
+        if (mid != self._id and self._id is not None) or agent != self._agent:
+            self._content = ""  # another message: another agent's text starts
+            self._told = False
+        self._id, self._agent = mid, agent
+        if isinstance(content, str):
+            prev = self._content
+            piece = (content[len(prev):] if content.startswith(prev)
+                     else content[_common_prefix(prev, content):])
+            self._content = content
+            if piece:
+                told = mid if isinstance(mid, str) and not self._told else None
+                self._told = True  # the message's id goes with its first text only
+                events.append(TextDelta(piece, agent, told))
         return events
 
     def _failed(self, payload: dict[str, Any]) -> list[StreamEvent]:
