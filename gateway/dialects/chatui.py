@@ -358,6 +358,22 @@ class ChatUIDialect(SamplesFromPackage):
         return _Encoder(conv)
 
 
+def _conversation(payload: dict[str, Any]) -> str | None:
+    conv = payload.get("conversationId")
+    return conv if isinstance(conv, str) else None
+
+
+def _common_prefix(a: str, b: str) -> int:
+    """The length of the longest prefix ``a`` and ``b`` share: a rewritten text is cut where it
+    departs from the text so far."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 class _Decoder:
     __slots__ = ("_agent", "_completed", "_content", "_ended", "_id", "_sources", "_started",
                  "_told")
@@ -375,62 +391,81 @@ class _Decoder:
     def decode(self, payload: Any) -> list[StreamEvent]:
         if self._ended:
             return []
-        if isinstance(payload, RawData):
-            raise DialectError("an event's data is not JSON", "stream")
-        if not isinstance(payload, dict):
-            raise DialectError("an event must be an object", "stream")
-        status = payload.get("status")
-        if status == "failed" or (payload.get("error") is not None and "content" not in payload):
-            self._ended = True
-            err = payload.get("error")
-            code = err.get("code") if isinstance(err, dict) else None
-            failed: list[StreamEvent] = []
-            content, mid = payload.get("content"), payload.get("messageId")
-            if (isinstance(content, str) and mid == self._id and self._id is not None
-                    and content.startswith(self._content) and len(content) > len(self._content)):
-                # the message's last text came with its failure: shown, then the error
-                failed.append(TextDelta(content[len(self._content):], self._agent, None))
-            failed.append(StreamError(error_text(err), code if isinstance(code, str) else None))
-            return failed
+        if payload.__class__ is not dict:
+            if isinstance(payload, RawData):
+                raise DialectError("an event's data is not JSON", "stream")
+            if not isinstance(payload, dict):
+                raise DialectError("an event must be an object", "stream")
+        get = payload.get
+        status = get("status")
+        if status == "failed" or (get("error") is not None and "content" not in payload):
+            return self._failed(payload)
+        mid, agent = get("messageId"), get("agentName")
+        if agent.__class__ is not str and not isinstance(agent, str):
+            agent = None
+        content = get("content")
+        events: list[StreamEvent]
+        if self._told and mid == self._id and agent == self._agent:
+            # the message goes on, its id told (nearly every event): only the text it adds and
+            # its sources can be news
+            if content.__class__ is str or isinstance(content, str):
+                prev = self._content
+                # one comparison of its prefix: nearly every event extends the text so far
+                piece = (content[len(prev):] if content.startswith(prev)
+                         else content[_common_prefix(prev, content):])
+                self._content = content
+                events = [TextDelta(piece, agent)] if piece else []
+            else:
+                events = []
+        else:
+            events = self._begun(payload, mid, agent, content)
+        sources = get("sources")
+        if isinstance(sources, list) and sources and sources != self._sources:
+            self._sources = sources
+            events.append(ContextUpdate(
+                context_with_citations(citations_from_sources(sources)),
+                _conversation(payload)))
+        # the last event decides: in a multi-agent stream one agent's "completed" is followed
+        # by the next agent's "processing" events
+        self._completed = status == "completed"
+        return events
+
+    def _begun(self, payload: dict[str, Any], mid: JSON, agent: str | None,
+               content: JSON) -> list[StreamEvent]:
+        """The events of the stream's first event, of a message's first, or of one before the
+        message's id went with a text."""
         events: list[StreamEvent] = []
-        conv = payload.get("conversationId")
-        state = conv if isinstance(conv, str) else None
-        mid, agent = payload.get("messageId"), payload.get("agentName")
         if not self._started:
             self._started = True
-            events.append(StreamStart(session_state=state,
+            events.append(StreamStart(session_state=_conversation(payload),
                                       id=mid if isinstance(mid, str) else None))
-        agent = agent if isinstance(agent, str) else None
         if (mid != self._id and self._id is not None) or agent != self._agent:
             self._content = ""  # another message: another agent's text starts
             self._told = False
         self._id, self._agent = mid, agent
-        content = payload.get("content")
         if isinstance(content, str):
             prev = self._content
-            if content.startswith(prev):
-                piece = content[len(prev):]
-            else:  # rewritten, not extended: send what follows the common prefix
-                n = 0
-                for a, b in zip(prev, content, strict=False):
-                    if a != b:
-                        break
-                    n += 1
-                piece = content[n:]
+            piece = (content[len(prev):] if content.startswith(prev)
+                     else content[_common_prefix(prev, content):])
             self._content = content
             if piece:
                 told = mid if isinstance(mid, str) and not self._told else None
                 self._told = True  # the message's id goes with its first text only
                 events.append(TextDelta(piece, agent, told))
-        sources = payload.get("sources")
-        if isinstance(sources, list) and sources and sources != self._sources:
-            self._sources = sources
-            events.append(ContextUpdate(
-                context_with_citations(citations_from_sources(sources)), state))
-        # the last event decides: in a multi-agent stream one agent's "completed" is followed
-        # by the next agent's "processing" events
-        self._completed = status == "completed"
         return events
+
+    def _failed(self, payload: dict[str, Any]) -> list[StreamEvent]:
+        self._ended = True
+        err = payload.get("error")
+        code = err.get("code") if isinstance(err, dict) else None
+        failed: list[StreamEvent] = []
+        content, mid = payload.get("content"), payload.get("messageId")
+        if (isinstance(content, str) and mid == self._id and self._id is not None
+                and content.startswith(self._content) and len(content) > len(self._content)):
+            # the message's last text came with its failure: shown, then the error
+            failed.append(TextDelta(content[len(self._content):], self._agent, None))
+        failed.append(StreamError(error_text(err), code if isinstance(code, str) else None))
+        return failed
 
     def end(self) -> list[StreamEvent]:
         if self._ended:

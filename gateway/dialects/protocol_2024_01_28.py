@@ -39,7 +39,6 @@ from gateway.dialects.base import (
     Capabilities,
     SamplesFromPackage,
     TokenCount,
-    answer_context,
     error_text,
     expect_object,
     parse_messages,
@@ -66,6 +65,7 @@ _CHOICE_KEYS = frozenset({"message", "context", "session_state", "finish_reason"
 # answer; a whole answer carries this when the upstream sent no context.
 _EMPTY_CONTEXT: dict[str, Any] = {"data_points": {"text": []}, "thoughts": [],
                                   "followup_questions": []}
+_EMPTY_CONTEXT_JSON = orjson.dumps(_EMPTY_CONTEXT)
 
 
 class Protocol20240128(SamplesFromPackage):
@@ -135,23 +135,25 @@ class Protocol20240128(SamplesFromPackage):
         if content is not None and not isinstance(content, str):
             raise DialectError("must be a string", "choices[0].message.content")
         reason = choice.get("finish_reason")
-        created = obj.get("created")
+        get = obj.get
+        created, usage, rid, model = get("created"), get("usage"), get("id"), get("model")
         extras = split_known(obj, _RESPONSE_KEYS)
         extras["_choice"] = split_known(choice, _CHOICE_KEYS)
-        if isinstance(obj.get("usage"), dict):
-            extras["_usage"] = obj["usage"]
+        if isinstance(usage, dict):
+            extras["_usage"] = usage
         return ChatResponse(
             messages=[AssistantMessage(
                 content=content or "",
                 extras=split_known(message, _CONTENT_KEY),
             )],
             context=choice.get("context"),
-            session_state=choice.get("session_state", obj.get("session_state")),
+            session_state=(choice["session_state"] if "session_state" in choice
+                           else get("session_state")),
             finish_reason=reason if isinstance(reason, str) else None,
-            usage=usage_from_openai_shape(obj.get("usage")),
-            id=obj["id"] if isinstance(obj.get("id"), str) else None,
+            usage=usage_from_openai_shape(usage) if usage is not None else None,
+            id=rid if isinstance(rid, str) else None,
             created=created if isinstance(created, int) else None,
-            model=obj["model"] if isinstance(obj.get("model"), str) else None,
+            model=model if isinstance(model, str) else None,
             extras=extras,
             extras_dialect=NAME,
         )
@@ -167,9 +169,10 @@ class Protocol20240128(SamplesFromPackage):
         message.setdefault("role", "assistant")
         message["content"] = resp.text
         choice["message"] = message
-        context = answer_context(self.capabilities, resp.context)
-        if context is not None:
-            choice["context"] = context
+        # the context the upstream sent, else a fresh copy of the empty one (answer_context's,
+        # read by orjson at C speed rather than copied a dict at a time)
+        context = resp.context
+        choice["context"] = orjson.loads(_EMPTY_CONTEXT_JSON) if context is None else context
         if resp.session_state is not None:
             choice["session_state"] = resp.session_state
         choice["finish_reason"] = resp.finish_reason or "stop"
@@ -267,6 +270,12 @@ _TEXT_HEAD = b'{"choices":[{"delta":{"content":'
 _TEXT_TAIL = b'},"finish_reason":null,"index":0}]'
 """How :meth:`_Encoder._wrap` writes a text chunk's choice around its text (a JSON string),
 before the tail."""
+_START_HEAD = b'{"choices":[{"delta":{"role":"assistant"},"context":'
+_START_TAIL = b',"finish_reason":null,"index":0}]'
+"""How :meth:`_Encoder._start` writes the first chunk around its context, before the tail."""
+_FINISH_STOP = b'{"choices":[{"delta":{},"finish_reason":"stop","index":0}]'
+"""How :meth:`_Encoder._wrap` writes the last chunk of a stream that stopped, with no usage,
+before the tail."""
 
 
 class _Encoder:
@@ -293,20 +302,23 @@ class _Encoder:
         if model:
             tail["model"] = model
         self._tail = b"," + orjson.dumps(tail)[1:]
-        choice: dict[str, Any] = {"delta": {"role": "assistant"}}
         # The first chunk's context is where this version's frontend finds the answer's shell:
         # it keeps the chunk only when context.data_points is there, and reads choices[0] of
         # what it kept on the first piece of text (azure-search-openai-demo's Chat.tsx of that
         # version), so a context without data_points gets the empty one.
-        context = start.context if start and start.context is not None else _EMPTY_CONTEXT
-        if isinstance(context, dict) and not isinstance(context.get("data_points"), dict):
-            context = {**context, "data_points": _EMPTY_CONTEXT["data_points"]}
-        choice["context"] = context
+        context = start.context if start else None
+        if context is None:
+            written = _EMPTY_CONTEXT_JSON
+        else:
+            if isinstance(context, dict) and not isinstance(context.get("data_points"), dict):
+                context = {**context, "data_points": _EMPTY_CONTEXT["data_points"]}
+            written = orjson.dumps(context)
+        # the bytes orjson writes of the choice {delta, context, session_state?, finish_reason,
+        # index}, its constant parts written once
+        state = b""
         if start and start.session_state is not None:
-            choice["session_state"] = start.session_state
-        choice["finish_reason"] = None
-        choice["index"] = 0
-        return [self._wrap(choice)]
+            state = b',"session_state":' + orjson.dumps(start.session_state)
+        return [b"".join((_START_HEAD, written, state, _START_TAIL, self._tail))]
 
     def plain_texts(self, texts: list[bytes]) -> list[Payload] | None:
         """:meth:`gateway.dialects.base.StreamEncoder` ``plain_texts``: once the stream has
@@ -358,8 +370,12 @@ class _Encoder:
             case StreamFinish():
                 out = self._start()
                 self._closed = True
-                out.append(self._wrap({"delta": {}, "finish_reason": event.reason or "stop",
-                                       "index": 0}, event.usage))
+                reason = event.reason or "stop"
+                if reason == "stop" and event.usage is None:
+                    out.append(_FINISH_STOP + self._tail)  # the _wrap below, written once
+                else:
+                    out.append(self._wrap({"delta": {}, "finish_reason": reason, "index": 0},
+                                          event.usage))
                 return out
             case StreamError():
                 self._closed = True
