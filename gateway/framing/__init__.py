@@ -295,9 +295,10 @@ class SniffingReader:
         """As :attr:`PayloadReader.whole` (never for a read that completed the sniffing)."""
 
     def feed(self, data: bytes) -> list[Any]:
-        if self._reader is not None:
-            out = self._reader.feed(data)
-            self.whole = self._reader.whole
+        reader = self._reader
+        if reader is not None:
+            out = reader.feed(data)
+            self.whole = reader.whole
             return out
         fresh = not self._head and not data.startswith(b"\xef\xbb\xbf")
         self.whole = False
