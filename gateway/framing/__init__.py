@@ -147,23 +147,21 @@ class _SSEPayloadReader:
             if block is None:
                 if not at:
                     return None
-                sse.read_plain()
-                rest = data[at:]
-                out.extend(self._payloads(sse.feed(rest)))
+                out.extend(self._payloads(sse.feed(data[at:])))
                 self.whole = False
                 return out
             name, payload, end = block
             head = _HEADS.get(name) or _head(name)
-            canonical = canonical and data.startswith(head, at)
+            if canonical:
+                canonical = data.startswith(head, at)
             at = end
             value = self._value(payload, name)
             out.append(value)
-            if type(value) is Slot:
+            if at < size and type(value) is Slot:  # (a run needs a frame after this one)
                 run = text.run(data, at, head, b"\n\n", self._max)
                 if run is not None:  # (its frames are the head, the frame, a blank line)
                     out.append(run)
                     at = run.end
-        sse.read_plain()
         self.whole = canonical and self.whole
         return out
 
@@ -297,9 +295,10 @@ class SniffingReader:
         """As :attr:`PayloadReader.whole` (never for a read that completed the sniffing)."""
 
     def feed(self, data: bytes) -> list[Any]:
-        if self._reader is not None:
-            out = self._reader.feed(data)
-            self.whole = self._reader.whole
+        reader = self._reader
+        if reader is not None:
+            out = reader.feed(data)
+            self.whole = reader.whole
             return out
         fresh = not self._head and not data.startswith(b"\xef\xbb\xbf")
         self.whole = False

@@ -15,7 +15,6 @@ import orjson
 
 from gateway.errors import FramingError
 from gateway.framing.named_event import Named
-from gateway.framing.search import holds
 from gateway.framing.template import Slot, TemplateReader
 from gateway.framing.verbatim import Verbatim
 
@@ -128,10 +127,11 @@ class JsonLinesReader:
         parts = self._parts
         # (a CR is only ever whitespace between JSON tokens: passed on, it would be the only
         # CR the client sees, whose lines the gateway ends with LF alone)
+        # (``find``, not ``search.holds``: the same search, a call less each read)
         self.whole = not parts and data.endswith(b"\n") and self._scanner is None \
-            and not holds(data, b"\r")
+            and data.find(b"\r") < 0
         out: list[Any] = []
-        start = 0
+        start, size = 0, len(data)
         find = data.find
         if parts:
             nl = find(b"\n")
@@ -152,7 +152,8 @@ class JsonLinesReader:
             while (nl := find(b"\n", start)) >= 0:
                 self._line(data[start:nl], out)
                 start = nl + 1
-                if out and type(out[-1]) is Slot and self._scanner is None:
+                # (no run without a frame after this one: none looked for at the read's end)
+                if start < size and out and type(out[-1]) is Slot and self._scanner is None:
                     run = text.run(data, start, b"", b"\n", self._max_line)
                     if run is not None:
                         out.append(run)
@@ -161,8 +162,8 @@ class JsonLinesReader:
             while (nl := find(b"\n", start)) >= 0:
                 self._line(data[start:nl], out)
                 start = nl + 1
-        self.scanned += len(data)
-        if start < len(data):
+        self.scanned += size
+        if start < size:
             self._hold(data[start:] if start else data)
         return out
 

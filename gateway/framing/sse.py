@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 from gateway.errors import FramingError
 from gateway.framing.named_event import Named
-from gateway.framing.search import holds
 
 __all__ = ["DEFAULT_MAX_EVENT", "SSEEvent", "SSEReader", "encode_comment", "encode_event",
            "encode_events"]
@@ -121,7 +120,7 @@ class SSEReader:
         # Line ends are found in the new bytes alone: a CRLF split across reads is the one
         # case that spans two, and ``_cr`` takes care of it.
         ended_cr = data.endswith(b"\r")
-        if holds(data, b"\r"):
+        if data.find(b"\r") >= 0:
             data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         lines = data.split(b"\n")
         tail = lines.pop()
@@ -160,7 +159,7 @@ class SSEReader:
         out: list[bytes] = []
         canonical = True
         for block in blocks:
-            if (not block.startswith(b"data:") or holds(block, b"\n")
+            if (not block.startswith(b"data:") or block.find(b"\n") >= 0
                     or len(block) > self._max):
                 return None
             if block[5:6] == b" ":
@@ -177,7 +176,7 @@ class SSEReader:
         LF line ends and the reader is between events; else ``None``: the fast paths' shared
         precondition."""
         if (self._parts or self._data or self._cr or self._event
-                or not data.endswith(b"\n\n") or holds(data, b"\r")):
+                or not data.endswith(b"\n\n") or data.find(b"\r") >= 0):
             return None
         blocks = data.split(b"\n\n")
         if blocks.pop():  # what follows the last blank line: nothing, or a line more (the
@@ -186,40 +185,38 @@ class SSEReader:
 
     def plain_block(self, data: bytes, at: int, named: bool) -> tuple[str, bytes, int] | None:
         """One event of :meth:`plain_data` (or, ``named``, :meth:`plain_named`) read from
-        ``data[at:]`` alone: ``(name, data, where the next event begins)``, or ``None``. For a
-        caller that skips some events by reading them another way; it checks
-        :meth:`whole_events` first, and calls :meth:`read_plain` once it has read them all."""
-        # Found line by line, each end by a one-byte find (memchr), then slices and comparisons:
-        # a two-byte find, a split or ``in`` would scan the event again, byte by byte; an event
-        # is read per call.
+        ``data[at:]`` alone: ``(name, data, where the next event begins)``, or ``None`` (nothing
+        consumed). For a caller that skips some events by reading them another way; it checks
+        :meth:`whole_events` first. The stream has begun once one is read."""
+        # Found line by line, each end by a one-byte find (memchr), then comparisons in place
+        # (``startswith`` at an offset, a byte by its index: no slice copied to compare): a
+        # two-byte find, a split or ``in`` would scan the event again, byte by byte; an event is
+        # read per call.
         end = data.find(b"\n", at)
         if end < 0:
             return None
         begin, name = at, "message"
-        if named and data[at:at + 6] == b"event:":
-            value = data[at + 6:end]
-            if value[:1] == b" ":
-                value = value[1:]
-            name = value.decode("utf-8", "replace") or "message"
+        if named and data.startswith(b"event:", at):
+            # (the line's end is within ``data``: indexing it is safe when the value is empty)
+            value = at + 7 if data[at + 6] == 32 else at + 6  # (one space after the colon)
+            name = data[value:end].decode("utf-8", "replace") or "message"
             at = end + 1
             end = data.find(b"\n", at)
             if end < 0:
                 return None
         # a data line, then the blank line that ends the event
-        if data[at:at + 5] != b"data:" or end + 1 >= len(data) or data[end + 1] != 10 \
+        if not data.startswith(b"data:", at) or end + 1 >= len(data) or data[end + 1] != 10 \
                 or end - begin > self._max:
             return None
-        return name, data[at + 6:end] if data[at + 5:at + 6] == b" " else data[at + 5:end], end + 2
+        self._first = False  # it began with a field name, so there was no BOM to drop
+        return name, data[at + 6 if data[at + 5] == 32 else at + 5:end], end + 2
 
     def whole_events(self, data: bytes) -> bool:
         """``data`` holds whole events with LF line ends and the reader is between events: the
         fast paths' shared precondition."""
+        # (``find`` on the hot paths here, not ``search.holds``: the same search, a call less)
         return not (self._parts or self._data or self._cr or self._event
-                    or not data.endswith(b"\n\n") or holds(data, b"\r"))
-
-    def read_plain(self) -> None:
-        """Events were read by :meth:`plain_block`: the stream has begun."""
-        self._first = False
+                    or not data.endswith(b"\n\n") or data.find(b"\r") >= 0)
 
     def plain_named(self, data: bytes) -> list[tuple[str, bytes]] | None:
         """As :meth:`plain_data`, for streams of named events: each event a ``data:`` line,
@@ -247,7 +244,7 @@ class SSEReader:
                     and name.encode() == value
             else:
                 return None
-            if not line.startswith(b"data:") or holds(line, b"\n"):
+            if not line.startswith(b"data:") or line.find(b"\n") >= 0:
                 return None
             if line[5:6] == b" ":
                 out.append((name, line[6:]))

@@ -167,8 +167,8 @@ class FrameTemplate:
     """The bytes around the text of one frame, and around its counter when it has one (see the
     module's docstring)."""
 
-    __slots__ = ("_after", "_before", "_counted_first", "_framed", "_least", "_prefix", "_suffix",
-                 "count", "counter", "event")
+    __slots__ = ("_after", "_before", "_counted_first", "_cut", "_framed", "_least", "_prefix",
+                 "_suffix", "count", "counter", "event")
 
     def __init__(self, prefix: bytes, suffix: bytes, event: str,
                  counter: tuple[bytes, bytes, bool, int] | None = None) -> None:
@@ -187,6 +187,9 @@ class FrameTemplate:
             self._before, self._after, self._counted_first, count = counter
             self.counted(count)
         self._least = len(self._prefix) + len(self._suffix)
+        self._cut = slice(len(self._prefix), -len(self._suffix) or None)
+        """Where a frame's text is, once it was found between the prefix and the suffix (one
+        slice, not the lengths taken again for each frame)."""
         self._framed: _Framed | None = None
         """What :meth:`run` counts with, for the framing it was last given."""
 
@@ -201,6 +204,7 @@ class FrameTemplate:
         else:
             self._suffix = spelled
         self._least = len(self._prefix) + len(self._suffix)
+        self._cut = slice(len(self._prefix), -len(self._suffix) or None)
 
     def match(self, raw: bytes) -> str | None:
         """The text of ``raw`` when it is the template's frame with another plain string (and,
@@ -208,7 +212,7 @@ class FrameTemplate:
         if len(raw) <= self._least or not raw.startswith(self._prefix) \
                 or not raw.endswith(self._suffix):
             return None
-        body = raw[len(self._prefix):len(raw) - len(self._suffix)]
+        body = raw[self._cut]
         if _NOT_PLAIN.search(body) is not None:
             return None
         try:
