@@ -294,6 +294,59 @@ def test_whole_events_read_fast_are_what_the_line_by_line_reader_gives(
     assert reader.whole == (data == again)
 
 
+@settings(max_examples=400, deadline=None)
+@given(named_events=st.booleans(), runs=st.booleans(),
+       events=st.lists(st.lists(_LINES, min_size=1, max_size=3), min_size=1, max_size=8),
+       cuts=st.lists(st.integers(1, 1 << 12), max_size=5), bom=st.booleans())
+def test_events_in_reads_cut_anywhere_are_what_the_line_by_line_reader_gives(
+        named_events: bool, runs: bool, events: list[list[bytes]], cuts: list[int],
+        bom: bool) -> None:
+    """Reads cut inside events (the whole events between the cuts go the fast way, the cut
+    ones the general way) give, in all, what the spec's line-by-line reader gives the
+    bytes at once; a read that is not whole events is never said to be."""
+    data = b"\xef\xbb\xbf" * bom + b"data: {}\n\n" + b"".join(
+        b"\n".join(lines) + b"\n\n" for lines in events)
+    edges = sorted({k % len(data) for k in cuts if k % len(data)})
+    reads = [data[a:b] for a, b in zip([0, *edges], [*edges, len(data)], strict=True)]
+    reader = SniffingReader(named=named_events, text_path=PATH)
+    reader.allow_runs(runs)
+    got: list[Any] = []
+    for r in reads:
+        got.extend(_flat(reader.feed(r)))
+        assert not reader.whole or r.endswith(b"\n\n")
+    got.extend(_flat(reader.finish()))
+    events_read = SSEReader().feed(data)
+    want = [_parsed(e.data) if e.event == "message" or not named_events
+            else named(e.event, _parsed(e.data)) for e in events_read]
+    assert got == want
+
+
+@pytest.mark.parametrize("framing", ["sse", "named"])
+def test_whole_events_of_a_read_cut_inside_events_are_read_by_the_template(
+        framing: str) -> None:
+    """TCP cuts reads where it likes: the events whole in a read that begins or ends inside
+    one are still read by the stream's template (and runs), not parsed one by one."""
+    head, tail = FRAMINGS[framing]
+    texts = [f"piece {i}" for i in range(40)]
+    data = b"".join(head + frame(t, {}) + tail for t in texts)
+    size = len(head + frame(texts[0], {}) + tail)
+    reads = [data[i:i + 5 * size + size // 2] for i in range(0, len(data), 5 * size + size // 2)]
+    assert any(not r.endswith(b"\n\n") for r in reads)
+    reader = SniffingReader(named=framing == "named", text_path=PATH)
+    reader.allow_runs(True)
+    parsed = by_template = 0
+    for r in reads:
+        for p in reader.feed(r):
+            if isinstance(p, TextRun):
+                by_template += p.count
+            elif isinstance(p, Slot) and p.value is None:
+                by_template += 1
+            else:
+                parsed += 1  # (the template's first frame, and the frames cut between reads)
+    assert parsed + by_template == len(texts)
+    assert parsed <= len(reads) + 1, (parsed, len(reads))
+
+
 def _parsed(data: str) -> Any:
     try:
         return orjson.loads(data)

@@ -125,7 +125,23 @@ class _SSEPayloadReader:
         # Lines of other kinds (comments, ids, data over several lines, CRs) or events cut
         # between reads: never the events written again.
         self.whole = False
+        cut = self._sse.cut(data)
+        if cut is not None and (cut[0] or cut[2]):
+            return self._cut(*cut)
         return self._payloads(self._sse.feed(data))
+
+    def _cut(self, first: bytes, events: bytes, last: bytes) -> list[Any]:
+        """A read cut inside events (TCP cuts reads where it likes): the events whole in it
+        are read as a read of whole events is (templates, runs), those it cuts by the general
+        path."""
+        sse = self._sse
+        out = self._payloads(sse.feed(first)) if first else []
+        out.extend(self.feed(events) if sse.whole_events(events)
+                   else self._payloads(sse.feed(events)))
+        if last:
+            out.extend(self._payloads(sse.feed(last)))
+        self.whole = False  # (the read is not only whole events: never forwarded as it came)
+        return out
 
     def finish(self) -> list[Any]:
         return self._payloads(self._sse.finish())

@@ -211,6 +211,31 @@ class SSEReader:
         self._first = False  # it began with a field name, so there was no BOM to drop
         return name, data[at + 6 if data[at + 5] == 32 else at + 5:end], end + 2
 
+    def cut(self, data: bytes) -> tuple[bytes, bytes, bytes] | None:
+        """``data`` as ``(first, whole, last)``: the end of an event begun in an earlier read,
+        whole events, and the start of an event a later read ends, for a read that does not
+        hold only whole events (TCP cuts reads where it likes); ``None`` when it holds no whole
+        event past the one it ends, or CRs (the general path reads it). The caller feeds
+        ``first`` to :meth:`feed`, then ``whole`` the fast way if :meth:`whole_events` says the
+        reader is between events, and ``last`` to :meth:`feed`."""
+        if self._cr or data.find(b"\r") >= 0:
+            return None
+        start = 0
+        if self._parts or self._data or self._event:
+            # (the first bytes of a BOM held at the stream's start are such a begun event:
+            # feed joins them to ``first``)
+            if not self._parts and data.startswith(b"\n"):
+                start = 1  # (the read before ended a line: this LF is the blank line)
+            else:
+                start = data.find(b"\n\n")
+                if start < 0:
+                    return None
+                start += 2
+        end = data.rfind(b"\n\n", start)
+        if end < 0 or end + 2 == start:
+            return None
+        return data[:start], data[start:end + 2], data[end + 2:]
+
     def whole_events(self, data: bytes) -> bool:
         """``data`` holds whole events with LF line ends and the reader is between events: the
         fast paths' shared precondition."""
