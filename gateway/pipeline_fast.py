@@ -138,13 +138,16 @@ class TemplateDecoding(StreamDecoding):
     :class:`TextRun`). What a :class:`Slot` means its decoder confirms on the first of a
     template; the others it is not given (``again`` tells a decoder that counts them)."""
 
-    __slots__ = ("_again", "_text_alone")
+    __slots__ = ("_again", "_text_alone", "ran")
 
     def __init__(self, upstream: Dialect, max_size: int, scrub: Scrub | None,
                  reader: SniffingReader) -> None:
         super().__init__(upstream, max_size, scrub, reader=reader)
         self._text_alone = False
         """The last payload decoded was a :class:`Slot` its decoder read as its text alone."""
+        self.ran = 0
+        """Frames taken in runs (:meth:`take_run`), which no decoder was given: what the
+        accelerator spared, for tests and profiles."""
         self._again: Callable[[int], None] | None = optional(self._decoder, "again")
         """A decoder that counts what a text frame gave (optional) is told of each text frame
         read by the template, which it is not given to decode."""
@@ -163,26 +166,14 @@ class TemplateDecoding(StreamDecoding):
     def take_run(self, run: TextRun) -> bool:
         """The frames of ``run`` are text alone, as the :class:`Slot` right before them was
         (the dialect's promise, with ``text_path``): counted as read, and ``True``. ``False``:
-        the caller reads them one by one (:meth:`TextRun.slots`)."""
+        the caller reads its first frame alone and offers the others again
+        (:meth:`TextRun.split`)."""
         if not self._text_alone or self.ended:
             return False
         self.events += run.count
+        self.ran += run.count
         if self._again is not None:
             self._again(run.chars)
-        return True
-
-    def takes_runs(self) -> bool:
-        """:meth:`take_run` would take a run now (the frame decoded last was text alone)."""
-        return self._text_alone and not self.ended
-
-    def take_slots(self, slots: list[Slot], start: int) -> bool:
-        """As :meth:`take_run`, for the frames of a run it did not take, cut into ``slots``, from
-        ``start`` on, once the ones before were decoded (and one of them read as text alone)."""
-        if not self._text_alone or self.ended:
-            return False
-        self.events += len(slots) - start
-        if self._again is not None:
-            self._again(sum(len(slot.text) for slot in slots[start:]))
         return True
 
     def decode(self, payload: Any) -> list[StreamEvent]:
@@ -219,7 +210,7 @@ class TemplateDecoding(StreamDecoding):
 class FastStreamTranslator(StreamTranslator):
     """:class:`StreamTranslator` with accelerators (see the module's docstring): the same bytes,
     the same state after each read. A run its decoding does not take is read frame by frame,
-    until its decoding would take the rest (:meth:`TextRun.rest`)."""
+    until its decoding would take the rest (:meth:`TextRun.split`)."""
 
     __slots__ = ("_forward", "_plain", "_reader", "_runs")
 
@@ -268,11 +259,6 @@ class FastStreamTranslator(StreamTranslator):
         out: list[bytes] = []
         passed: list[Any] = []
         """Payloads passed on as they came whose frames are not built yet."""
-        refused: TextRun | None = None
-        """A run not taken, its frames read one by one, as they would have been (the slots
-        before ``payloads[ends]``), until one is read as text alone (a message's first text,
-        named by its id, is not): the rest of it is then taken as a run."""
-        ends = 0
         i = 0
         while i < len(payloads):
             payload = payloads[i]
@@ -281,9 +267,11 @@ class FastStreamTranslator(StreamTranslator):
             if type(payload) is TextRun:
                 assert runs is not None  # (only a decoding asked for runs gives them)
                 if not runs.take_run(payload):
-                    slots = payload.slots()
-                    payloads[i:i] = slots
-                    refused, ends = payload, i + len(slots)
+                    # Its first frame read alone, as it would have been, and the others
+                    # offered again as a run: taken once a frame was read as text alone (a
+                    # message's first text, named by its id, is not)
+                    first, rest = payload.split()
+                    payloads[i:i] = (first,) if rest is None else (first, rest)
                     continue
                 if self._identity:
                     self._ran(payload)
@@ -300,14 +288,16 @@ class FastStreamTranslator(StreamTranslator):
                 out.append(frame)
             if self.done:
                 break
-            if i < ends and runs is not None and refused is not None and runs.takes_runs():
-                payloads[i:ends] = [refused.rest(refused.count - (ends - i))]
-                ends = 0
         if self._forward and passed and not out and i == len(payloads) and self._reader.whole:
             # Every frame of this read passes on as it came, and the read is those frames
             return data
         out.extend(self._as_it_came(p) for p in passed)
         return b"".join(out)
+
+    @property
+    def frames_in_runs(self) -> int:
+        """Frames taken in runs so far (:attr:`TemplateDecoding.ran`)."""
+        return 0 if self._runs is None else self._runs.ran
 
     def _writes_as_it_came(self, payload: Any) -> bool:
         if type(payload) is Slot:  # (its template's bytes hold no line end: a CR, at most)
@@ -391,26 +381,28 @@ class FastStreamAssembler(StreamAssembler):
             return
         for payload in payloads:
             if type(payload) is TextRun:
-                if runs.take_run(payload):
-                    # One piece, decoded once: a message's text is its pieces joined
-                    assembler.add_texts([payload.text()])
-                else:
-                    self._slots(payload.slots())
+                self._run(payload)
             else:
                 for event in runs.decode(payload):
                     assembler.add(event)
             if runs.ended:
                 break
 
-    def _slots(self, slots: list[Slot]) -> None:
-        """A run not taken, read one by one until a frame of it is read as text alone (a
-        message's first text, named by its id, is not), the rest then taken at once."""
+    def _run(self, run: TextRun) -> None:
+        """A run taken is its texts added at once (one piece, decoded once: a message's text
+        is its pieces joined); one not taken is read as the translator reads it: its first
+        frame alone, then the others offered again as a run."""
         runs, assembler = self._runs, self._assembler
-        for k, slot in enumerate(slots, 1):
-            for event in runs.decode(slot):
+        while not runs.take_run(run):
+            first, rest = run.split()
+            for event in runs.decode(first):
                 assembler.add(event)
-            if runs.ended:
+            if rest is None or runs.ended:
                 return
-            if k < len(slots) and runs.take_slots(slots, k):
-                assembler.add_texts([rest.text for rest in slots[k:]])
-                return
+            run = rest
+        assembler.add_texts([run.text()])
+
+    @property
+    def frames_in_runs(self) -> int:
+        """Frames taken in runs so far (:attr:`TemplateDecoding.ran`)."""
+        return self._runs.ran

@@ -38,7 +38,7 @@ from gateway.canonical import (
 )
 from gateway.dialects import DIALECTS, Dialect
 from gateway.framing import Slot, TextRun, encoder_for
-from gateway.pipeline import ResponseAssembler, StreamDecoding, StreamTranslator, optional
+from gateway.pipeline import StreamDecoding, StreamTranslator, optional
 from gateway.pipeline_fast import (
     ACCELERATORS,
     Accelerate,
@@ -256,76 +256,35 @@ def test_an_assembled_answer_is_the_same_with_templates_and_runs(up: str) -> Non
                 assert assembled(u, reads, accelerate) == plain, (name, how, accelerate)
 
 
-def test_an_assembled_answer_holds_each_text_of_a_run_once(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_assembled_answer_holds_each_text_of_a_run_once() -> None:
     """(What the test above compares is not two ways that never differ.) A stream of texts, read
     whole and in reads of a few frames, is answered with those texts, each once, whatever runs
     were taken; and some upstreams' are taken."""
-    taken: list[str] = []
-    """The texts of the frames taken at once."""
-    added: list[str] = []
-    take_run, take_slots = TemplateDecoding.take_run, TemplateDecoding.take_slots
-    add_texts = ResponseAssembler.add_texts
-
-    def took(self: TemplateDecoding, run: TextRun) -> bool:
-        if take_run(self, run):
-            taken.extend(t.decode() for t in run.texts())
-            return True
-        return False
-
-    def took_slots(self: TemplateDecoding, slots: list[Slot], start: int) -> bool:
-        if take_slots(self, slots, start):
-            taken.extend(slot.text for slot in slots[start:])
-            return True
-        return False
-
-    def adds(self: ResponseAssembler, texts: list[str]) -> None:
-        added.extend(texts)
-        add_texts(self, texts)
-
-    monkeypatch.setattr(TemplateDecoding, "take_run", took)
-    monkeypatch.setattr(TemplateDecoding, "take_slots", took_slots)
-    monkeypatch.setattr(ResponseAssembler, "add_texts", adds)
     ran: set[str] = set()
     for name, u in DIALECTS.items():
         body = _encoded(u, [StreamStart(model="m"), *(TextDelta(t) for t in TEXTS),
                             StreamFinish("stop")])
         frames = _frames(u, body)
         for reads in ([body], [b"".join(frames[i:i + 5]) for i in range(0, len(frames), 5)]):
-            taken.clear()
-            added.clear()
             asm = stream_assembler(u)
             for r in reads:
                 asm.feed(r)
             resp = asm.finish()
             assert asm.error is None, name
             assert [m.content for m in resp.messages] == ["".join(TEXTS)], name
-            assert "".join(added) == "".join(taken), name
-            if taken:
+            if isinstance(asm, FastStreamAssembler) and asm.frames_in_runs:
                 ran.add(name)
-                assert len(taken) < len(TEXTS), name
+                assert asm.frames_in_runs < len(TEXTS), name
     assert ran
 
 
-def test_a_translated_stream_takes_the_run_after_a_message_s_first_text(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_translated_stream_takes_the_run_after_a_message_s_first_text() -> None:
     """(What the tests above compare is not two ways that never differ.) A stream of texts read
     at once gives the same bytes and counts with the accelerators on and off, and, on every
     route whose upstream's text frames come in a run, every frame but two is taken in runs: the
     first, learned, and at most one read to confirm it is text alone (an upstream whose first
     text names its message, as some do, confirms nothing by it). A run refused once is not read
     frame by frame to its end."""
-    taken: list[int] = []
-    """How many frames each run taken holds."""
-    take_run = TemplateDecoding.take_run
-
-    def took(self: TemplateDecoding, run: TextRun) -> bool:
-        if take_run(self, run):
-            taken.append(run.count)
-            return True
-        return False
-
-    monkeypatch.setattr(TemplateDecoding, "take_run", took)
     named: set[str] = set()
     """Upstreams whose first text is given with its message's id."""
     ran: set[str] = set()
@@ -345,15 +304,17 @@ def test_a_translated_stream_takes_the_run_after_a_message_s_first_text(
         assert isinstance(tr, FastStreamTranslator)
         read = tr._in.payloads(body)
         assert isinstance(read, list)
-        taken.clear()
+        tr = stream_translator(u, c, req)
+        assert isinstance(tr, FastStreamTranslator)
+        tr.feed(body)
         fast = translated(u, c, req, [body], False, True, "reject")
         assert fast == translated(u, c, req, [body], False, False, "reject"), (up, cl)
         if tr._runs is not None and any(type(p) is TextRun for p in read):
             # all but the first text frame, and the one that confirms a message's first text
-            assert sum(taken) == len(TEXTS) - 1 - (up in named), (up, cl, taken)
+            assert tr.frames_in_runs == len(TEXTS) - 1 - (up in named), (up, cl)
             ran.add(up)
         else:
-            assert not taken, (up, cl)
+            assert not tr.frames_in_runs, (up, cl)
     assert named & ran
 
 

@@ -83,6 +83,10 @@ def rests_hold(run: TextRun, head: bytes, tail: bytes) -> None:
     """Each :meth:`TextRun.rest` of ``run`` is its frames from the k-th on, as reading them one
     by one gives them: the bytes from that frame's start, their texts, characters and counter."""
     slots = run.slots()
+    first, after = run.split()
+    assert (first.text, first.raw, first.event, first.counter, first.value) == \
+        (slots[0].text, slots[0].raw, slots[0].event, slots[0].counter, None)
+    assert after is not None and (after.start, after.count) == (run.rest(1).start, run.count - 1)
     for k in range(1, run.count):
         rest = run.rest(k)
         skipped = sum(len(head) + len(s.raw) + len(tail) for s in slots[:k])

@@ -143,6 +143,19 @@ class TextRun:
         return [Slot(t.decode(), b"".join((prefix, t, before, str(first + k).encode(), suffix)),
                      event, None, first + k) for k, t in enumerate(self.texts())]
 
+    def split(self) -> tuple[Slot, TextRun | None]:
+        """Its first frame, as reading it alone gives it, and the run of the others (``None``:
+        it has no other)."""
+        framed, text = self._framed, self._texts[0]
+        if self.counter is None:
+            first = Slot(text.decode(), framed.prefix + text + framed.suffix, self.event)
+        else:
+            number = self.counter - self.count + 1
+            first = Slot(text.decode(), b"".join((framed.prefix, text, framed.before,
+                                                  str(number).encode(), framed.suffix)),
+                         self.event, None, number)
+        return first, (self.rest(1) if self.count > 1 else None)
+
     def rest(self, k: int) -> TextRun:
         """The run of its frames from the ``k``-th on (``0 < k < count``): the same bytes from
         where that frame starts, the same last frame. Each frame before it is the framing's
