@@ -118,11 +118,11 @@ _second: tuple[int, bytes] = (-1, b"")
 """The second :func:`_stamp` last wrote and its text up to the fraction's point."""
 
 
-def _stamp() -> bytes:
-    """What ``_iso()`` gives now, as bytes, each second's date and time formatted once: a stream
-    stamps every line it writes."""
+def _stamp(now_ns: int | None = None) -> bytes:
+    """What ``_iso()`` gives now (or at ``now_ns``, Unix nanoseconds), as bytes, each second's
+    date and time formatted once: a stream stamps every line it writes."""
     global _second
-    second, micros = divmod(time.time_ns() // 1000, 1_000_000)
+    second, micros = divmod((time.time_ns() if now_ns is None else now_ns) // 1000, 1_000_000)
     if second != _second[0]:
         whole = datetime.fromtimestamp(second, UTC).isoformat(timespec="seconds")
         _second = (second, whole.removesuffix("+00:00").encode() + b".")

@@ -269,7 +269,7 @@ def test_a_text_is_encoded_as_the_general_line_writes_it() -> None:
         assert orjson.loads(fast[0])["message"]["content"] == text
 
 
-def test_lines_are_stamped_as_iso_stamps_them(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_lines_are_stamped_as_iso_stamps_them() -> None:
     from datetime import UTC, datetime, timedelta
 
     from gateway.dialects import ollama
@@ -277,10 +277,12 @@ def test_lines_are_stamped_as_iso_stamps_them(monkeypatch: pytest.MonkeyPatch) -
     epoch = datetime(1970, 1, 1, tzinfo=UTC)
     for ns in (1_700_000_000_000_000_000, 1_700_000_000_000_999_999, 1_700_000_000_999_999_999,
                1_700_000_001_000_000_000, 1_700_000_001_000_123_456, 951_782_400_000_001_000):
-        monkeypatch.setattr(ollama.time, "time_ns", lambda ns=ns: ns)
         moment = epoch + timedelta(microseconds=ns // 1000)
         expected = moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
-        assert ollama._stamp() == expected.encode()
+        assert ollama._stamp(ns) == expected.encode()
+    before = ollama._iso().encode()
+    now = ollama._stamp()  # (the clock's: between two readings of it, in the same form)
+    assert before <= now <= ollama._iso().encode()
 
 
 def test_the_encoder_sends_a_call_whole_and_ends_with_counts_and_durations() -> None:
