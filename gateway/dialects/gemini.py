@@ -326,28 +326,22 @@ def _parse_content(obj: dict[str, JSON], where: str, calls: _Calls) -> list[Mess
         return [_parse_model_turn(parts, where, calls)]
     out: list[Message] = []
     pending: list[Part] = []
-
-    def flush() -> None:
-        if pending:
-            out.append(Message("user", list(pending)))
-            pending.clear()
-
     for i, p in enumerate(parts):
-        at = f"{where}.parts[{i}]"
         if "functionResponse" in p:
-            flush()
-            out.append(_parse_function_response(p, at, calls))
+            if pending:
+                out.append(Message("user", pending))
+                pending = []
+            out.append(_parse_function_response(p, f"{where}.parts[{i}]", calls))
         else:
-            pending.append(_parse_user_part(p, at))
-    flush()
-    if not out:
-        out.append(Message("user", []))
+            pending.append(_parse_user_part(p))
+    if pending or not out:
+        out.append(Message("user", pending))
     return out
 
 
-def _parse_user_part(p: dict[str, JSON], at: str) -> Part:
+def _parse_user_part(p: dict[str, JSON]) -> Part:
     text = p.get("text")
-    if isinstance(text, str) and not p.get("thought") and set(p) <= {"text"}:
+    if isinstance(text, str) and len(p) == 1:  # (its one key is "text")
         return TextPart(text)
     inline = _sub(p, "inlineData")
     if isinstance(inline, dict) and set(p) == {"inlineData"}:
@@ -517,6 +511,8 @@ def _unmapped(obj: dict[str, JSON], config: dict[str, JSON]) -> list[str]:
     (the route's ``on_unsupported`` decides for an upstream of another dialect, as ``options``):
     a set of allowed functions, a response type other than JSON or plain text."""
     out: list[str] = []
+    if not config and obj.get("toolConfig") is None:  # (nothing to read: most requests)
+        return out
     tool_config = _sub(obj, "toolConfig")
     calling = _sub(tool_config, "functionCallingConfig") if isinstance(tool_config, dict) \
         else None
@@ -547,6 +543,8 @@ def _parse_thinking(raw: JSON) -> ReasoningRequest | None:
 
 
 def _parse_output(config: dict[str, JSON]) -> OutputFormat | None:
+    if not config:
+        return None
     mime = config.get("responseMimeType")
     # (Gemini CLI's router writes OpenAPI's upper-case types even in responseJsonSchema, which
     # Google accepts: read as JSON Schema's lower-case ones, what another provider checks)
@@ -671,11 +669,11 @@ def _render_model(m: Message, same: bool, names: dict[str, str]) -> list[dict[st
     return parts
 
 
-def _render_contents(req: ChatRequest, same: bool) -> tuple[JSON, list[dict[str, JSON]]]:
+def _render_contents(messages: list[Message], same: bool) -> tuple[JSON, list[dict[str, JSON]]]:
     system: list[Message] = []
     contents: list[dict[str, JSON]] = []
     names: dict[str, str] = {}
-    for m in req.messages:
+    for m in messages:
         if m.role in ("system", "developer"):
             system.append(m)
             continue
@@ -1014,8 +1012,7 @@ class GeminiDialect(SamplesFromPackage):
                 idx = messages.index(m)
                 messages[idx] = Message(m.role, keep, m.context, m.name, m.tool_calls,
                                         m.tool_call_id, m.is_error, m.reasoning, m.extras)
-        shaped = ChatRequest(messages, extras=req.extras, extras_dialect=req.extras_dialect)
-        instruction, contents = _render_contents(shaped, same)
+        instruction, contents = _render_contents(messages, same)
         raw_contents = req.extras.get("_contents") if same else None
         out["contents"] = raw_contents if isinstance(raw_contents, list) else [
             c for c in contents if c["parts"]]
