@@ -326,28 +326,22 @@ def _parse_content(obj: dict[str, JSON], where: str, calls: _Calls) -> list[Mess
         return [_parse_model_turn(parts, where, calls)]
     out: list[Message] = []
     pending: list[Part] = []
-
-    def flush() -> None:
-        if pending:
-            out.append(Message("user", list(pending)))
-            pending.clear()
-
     for i, p in enumerate(parts):
-        at = f"{where}.parts[{i}]"
         if "functionResponse" in p:
-            flush()
-            out.append(_parse_function_response(p, at, calls))
+            if pending:
+                out.append(Message("user", pending))
+                pending = []
+            out.append(_parse_function_response(p, f"{where}.parts[{i}]", calls))
         else:
-            pending.append(_parse_user_part(p, at))
-    flush()
-    if not out:
-        out.append(Message("user", []))
+            pending.append(_parse_user_part(p))
+    if pending or not out:
+        out.append(Message("user", pending))
     return out
 
 
-def _parse_user_part(p: dict[str, JSON], at: str) -> Part:
+def _parse_user_part(p: dict[str, JSON]) -> Part:
     text = p.get("text")
-    if isinstance(text, str) and not p.get("thought") and set(p) <= {"text"}:
+    if isinstance(text, str) and len(p) == 1:  # (its one key is "text")
         return TextPart(text)
     inline = _sub(p, "inlineData")
     if isinstance(inline, dict) and set(p) == {"inlineData"}:
@@ -517,6 +511,8 @@ def _unmapped(obj: dict[str, JSON], config: dict[str, JSON]) -> list[str]:
     (the route's ``on_unsupported`` decides for an upstream of another dialect, as ``options``):
     a set of allowed functions, a response type other than JSON or plain text."""
     out: list[str] = []
+    if not config and obj.get("toolConfig") is None:  # (nothing to read: most requests)
+        return out
     tool_config = _sub(obj, "toolConfig")
     calling = _sub(tool_config, "functionCallingConfig") if isinstance(tool_config, dict) \
         else None
@@ -547,6 +543,8 @@ def _parse_thinking(raw: JSON) -> ReasoningRequest | None:
 
 
 def _parse_output(config: dict[str, JSON]) -> OutputFormat | None:
+    if not config:
+        return None
     mime = config.get("responseMimeType")
     # (Gemini CLI's router writes OpenAPI's upper-case types even in responseJsonSchema, which
     # Google accepts: read as JSON Schema's lower-case ones, what another provider checks)
@@ -671,11 +669,11 @@ def _render_model(m: Message, same: bool, names: dict[str, str]) -> list[dict[st
     return parts
 
 
-def _render_contents(req: ChatRequest, same: bool) -> tuple[JSON, list[dict[str, JSON]]]:
+def _render_contents(messages: list[Message], same: bool) -> tuple[JSON, list[dict[str, JSON]]]:
     system: list[Message] = []
     contents: list[dict[str, JSON]] = []
     names: dict[str, str] = {}
-    for m in req.messages:
+    for m in messages:
         if m.role in ("system", "developer"):
             system.append(m)
             continue
@@ -1014,8 +1012,7 @@ class GeminiDialect(SamplesFromPackage):
                 idx = messages.index(m)
                 messages[idx] = Message(m.role, keep, m.context, m.name, m.tool_calls,
                                         m.tool_call_id, m.is_error, m.reasoning, m.extras)
-        shaped = ChatRequest(messages, extras=req.extras, extras_dialect=req.extras_dialect)
-        instruction, contents = _render_contents(shaped, same)
+        instruction, contents = _render_contents(messages, same)
         raw_contents = req.extras.get("_contents") if same else None
         out["contents"] = raw_contents if isinstance(raw_contents, list) else [
             c for c in contents if c["parts"]]
@@ -1174,16 +1171,22 @@ class _Decoder:
 
     def decode(self, payload: Any) -> list[StreamEvent]:
         # Nearly every event after the first: a candidate of text parts alone, the counts so far,
-        # perhaps the finish reason, under the API's own keys (no error, no blocked prompt, no
-        # snake_case key to camel-case); read here as the general path below reads it, without
-        # its walk. Any other shape, or a part that is not text alone, goes that path.
-        if self._started and type(payload) is dict and _PLAIN_KEYS.issuperset(payload) \
+        # perhaps the finish reason, under the API's own keys; read here as _decode reads it,
+        # without its walk. At each level the known keys are counted (cheaper than a set test of
+        # every key): the object's length is their number only when it has no other key, so no
+        # error, no blocked prompt, no snake_case key that the general path would camel-case
+        # onto a key read here. Any other shape, or a part that is not text alone, goes that
+        # path (tests/dialects/test_gemini_shortcut.py holds the two to the same reading).
+        if self._started and type(payload) is dict \
                 and type(candidates := payload.get("candidates")) is list and candidates \
                 and type(candidate := candidates[0]) is dict \
-                and _PLAIN_CANDIDATE_KEYS.issuperset(candidate) \
                 and type(content := candidate.get("content")) is dict \
-                and _PLAIN_CONTENT_KEYS.issuperset(content) \
-                and type(parts := content.get("parts")) is list:
+                and type(parts := content.get("parts")) is list \
+                and len(content) == 1 + ("role" in content) \
+                and len(candidate) == 1 + ("index" in candidate) \
+                + (finish := "finishReason" in candidate) \
+                and len(payload) == 1 + ("usageMetadata" in payload) \
+                + ("modelVersion" in payload) + ("responseId" in payload):
             plain: list[StreamEvent] = []
             for p in parts:
                 if type(p) is not dict or len(p) != 1 or type(text := p.get("text")) is not str:
@@ -1193,17 +1196,28 @@ class _Decoder:
             else:
                 counts = payload.get("usageMetadata")
                 if type(counts) is dict:
-                    if not _COUNT_KEYS.issuperset(counts) and "_" in "".join(counts):
-                        counts = _obj(counts, "usageMetadata")
                     get = counts.get
-                    # (what makes _usage_in's value not None, read when the finish needs it)
-                    if type(get("candidatesTokenCount")) is int \
-                            or type(get("promptTokenCount")) is int \
-                            or type(get("thoughtsTokenCount")) is int:
+                    # Google's counts: these three keys alone, read without a walk; any other
+                    # keys are read as the general path reads them (camel-cased).
+                    if len(counts) == 3 and type(get("candidatesTokenCount")) is int \
+                            and type(get("promptTokenCount")) is int \
+                            and "totalTokenCount" in counts:
                         self._counts = counts
-                if "finishReason" in candidate:
+                    else:
+                        counts = _obj(counts, "usageMetadata")
+                        get = counts.get
+                        # (what makes _usage_in's value not None, read when the finish needs it)
+                        if type(get("candidatesTokenCount")) is int \
+                                or type(get("promptTokenCount")) is int \
+                                or type(get("thoughtsTokenCount")) is int:
+                            self._counts = counts
+                if finish:
                     self._finish(candidate, plain)
                 return plain
+        return self._decode(payload)
+
+    def _decode(self, payload: Any) -> list[StreamEvent]:
+        """Any event, read in full (:meth:`decode` reads the common one without this walk)."""
         if isinstance(payload, RawData):
             raise DialectError(f"a stream event is not JSON: {payload.text[:60]!r}")
         obj = _obj(payload, "")
@@ -1280,18 +1294,6 @@ class _Decoder:
             return [StreamError("the upstream stream ended before it began")]
         return [StreamError("the upstream stream ended before its finish reason")]
 
-
-_PLAIN_KEYS = frozenset({"candidates", "usageMetadata", "modelVersion", "responseId"})
-"""The keys of a stream event :meth:`_Decoder.decode`'s shortcut reads (no error, no blocked
-prompt, no snake_case key to camel-case)."""
-_PLAIN_CANDIDATE_KEYS = frozenset({"content", "index", "finishReason"})
-_PLAIN_CONTENT_KEYS = frozenset({"parts", "role"})
-_COUNT_KEYS = frozenset({
-    "promptTokenCount", "candidatesTokenCount", "totalTokenCount", "thoughtsTokenCount",
-    "cachedContentTokenCount", "toolUsePromptTokenCount", "promptTokensDetails",
-    "candidatesTokensDetails", "cacheTokensDetails", "toolUsePromptTokensDetails",
-    "trafficType"})
-"""``usageMetadata``'s keys (UsageMetadata in the API reference), none to camel-case."""
 
 _TEXT_HEAD = b'{"candidates":[{"content":{"parts":[{"text":"'
 """How :meth:`_Encoder._chunk` starts a text chunk's JSON, before its text."""
