@@ -49,6 +49,7 @@ from gateway.dialects.base import (
     usage_from_openai_shape,
     usage_to_openai_shape,
 )
+from gateway.dialects.shared import shell_context
 from gateway.errors import DialectError
 from gateway.framing import Framing, Payload, TextPath
 
@@ -302,17 +303,10 @@ class _Encoder:
         if model:
             tail["model"] = model
         self._tail = b"," + orjson.dumps(tail)[1:]
-        # The first chunk's context is where this version's frontend finds the answer's shell:
-        # it keeps the chunk only when context.data_points is there, and reads choices[0] of
-        # what it kept on the first piece of text (azure-search-openai-demo's Chat.tsx of that
-        # version), so a context without data_points gets the empty one.
-        context = start.context if start else None
-        if context is None:
-            written = _EMPTY_CONTEXT_JSON
-        else:
-            if isinstance(context, dict) and not isinstance(context.get("data_points"), dict):
-                context = {**context, "data_points": _EMPTY_CONTEXT["data_points"]}
-            written = orjson.dumps(context)
+        # (this version's frontend reads choices[0] of the chunk it kept on the first piece of
+        # text: see shell_context)
+        _, written = shell_context(start.context if start else None, _EMPTY_CONTEXT,
+                                   _EMPTY_CONTEXT_JSON)
         # the bytes orjson writes of the choice {delta, context, session_state?, finish_reason,
         # index}, its constant parts written once
         state = b""

@@ -45,6 +45,7 @@ from gateway.dialects.base import (
     sampling_of,
     split_known,
 )
+from gateway.dialects.shared import shell_context
 from gateway.errors import DialectError
 from gateway.framing import Framing, Payload, TextPath
 
@@ -266,13 +267,8 @@ class _Encoder:
         if not self._first:
             return []
         self._first = False
-        context = start.context if start else None
-        if context is None:
-            written = _EMPTY_CONTEXT_JSON
-        else:
-            if isinstance(context, dict) and not isinstance(context.get("data_points"), dict):
-                context = {**context, "data_points": _EMPTY_CONTEXT["data_points"]}
-            written = orjson.dumps(context)
+        context, written = shell_context(start.context if start else None, _EMPTY_CONTEXT,
+                                         _EMPTY_CONTEXT_JSON)
         state = start.session_state if start else None
         if state is None:
             # the bytes _line writes of this delta and context, its constant parts written once

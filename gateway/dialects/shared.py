@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import orjson
+
 from gateway.canonical import (
     JSON,
     ChatRequest,
@@ -229,6 +231,19 @@ def request_context(req: ChatRequest) -> JSON:
     overrides.setdefault("temperature", temperature)
     ctx["overrides"] = overrides
     return ctx
+
+
+def shell_context(context: JSON, empty: dict[str, Any],
+                  empty_json: bytes) -> tuple[JSON, bytes]:
+    """The context of an AI Chat Protocol stream's first chunk, and its JSON: where that
+    protocol's frontends find the answer's shell. They keep the chunk only when its
+    ``context.data_points`` is there (azure-search-openai-demo's Chat.tsx), so a context without
+    one gets the empty context's, and no context the empty one (``None``: ``empty_json``)."""
+    if context is None:
+        return None, empty_json
+    if isinstance(context, dict) and not isinstance(context.get("data_points"), dict):
+        context = {**context, "data_points": empty["data_points"]}
+    return context, orjson.dumps(context)
 
 
 def sampling_of(context: JSON) -> dict[str, JSON]:
