@@ -699,7 +699,6 @@ class _Decoder:
         return [StreamError("the upstream stream ended before it finished")]
 
 
-
 _PLAIN_TEXT_MIDDLE = b'","message":{"role":"assistant","content":"'
 """What :meth:`_Encoder._line` writes of a text's line between its time and its text."""
 _PLAIN_TEXT_TAIL = b'"},"done":false}'
