@@ -159,6 +159,13 @@ class ServerConfig(_Model):
     without parsing them) and ``runs`` (rows of text frames read at once; needs
     ``templates``). The client gets the same bytes either way (tests/test_accelerators.py);
     only the CPU differs."""
+    batch_writes: bool = True
+    """Whole answers and upstream requests leave in batches: each is written on the event
+    loop's next turn, with the others made during this one, so that a peer that sleeps
+    between them (a client, a local model server) is woken once for the batch, not once for
+    each (as aiohttp's client, which writes a request from a task of its own). It costs one
+    turn of the loop before each such write; streams are written as they come either way.
+    ``false``: each is written as soon as it is ready. Read at start."""
     loop: Literal["auto", "asyncio", "uvloop"] = "auto"
     """The event loop: ``auto`` is uvloop when it is installed, else asyncio's own
     (``--loop`` overrides it). Read at start."""
