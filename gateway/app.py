@@ -74,8 +74,7 @@ def create_app(config: GatewayConfig, *, config_path: str | Path | None = None,
     # 3 µs even for a filtered-out event), and every request logs. Logging is configured before
     # an app is created (serve, and the tests that capture logs).
     log = get_logger().bind()
-    app = web.Application(middlewares=[edge_middleware_with(
-                              _error_answer, batch_answers=config.server.batch_writes)],
+    app = web.Application(middlewares=[edge_middleware_with(_error_answer)],
                           client_max_size=config.server.max_body_bytes)
     m = metrics or Metrics()
     states: dict[str, UpstreamState] = {}
@@ -136,8 +135,8 @@ def create_app(config: GatewayConfig, *, config_path: str | Path | None = None,
 
         add_responses_store(app, config)
     app.cleanup_ctx.append(_limits(config, clock))
-    app.cleanup_ctx.append(_transport(transport, config.server.upstream_client,
-                                      config.server.batch_writes, sink, on_outcome))
+    app.cleanup_ctx.append(_transport(transport, config.server.upstream_client, sink,
+                                      on_outcome))
     app.cleanup_ctx.append(_health_checks)
     app.cleanup_ctx.append(status.publish)
     if config.server.cors.allow_origins:
@@ -156,10 +155,10 @@ def create_app(config: GatewayConfig, *, config_path: str | Path | None = None,
     return app
 
 
-def _transport(given: Transport | None, client: Literal["fast", "aiohttp"], batch_writes: bool,
+def _transport(given: Transport | None, client: Literal["fast", "aiohttp"],
                sink: SinkFactory, on_outcome: Callable[[Outcome], None] | None) -> Any:
     async def ctx(app: web.Application) -> AsyncIterator[None]:
-        transport = given or make_transport(client, batch_writes=batch_writes)
+        transport = given or make_transport(client)
         app[TRANSPORT] = transport
         app[ENV] = Env(transport, app[METRICS], app[BALANCER], app[RECENT], app[LOG],
                        app[TRACING], sink, _responses_store(app), app[LIMITS], on_outcome)

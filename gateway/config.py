@@ -160,12 +160,12 @@ class ServerConfig(_Model):
     ``templates``). The client gets the same bytes either way (tests/test_accelerators.py);
     only the CPU differs."""
     batch_writes: bool = True
-    """Whole answers and upstream requests leave in batches: each is written on the event
-    loop's next turn, with the others made during this one, so that a peer that sleeps
-    between them (a client, a local model server) is woken once for the batch, not once for
-    each (as aiohttp's client, which writes a request from a task of its own). It costs one
-    turn of the loop before each such write; streams are written as they come either way.
-    ``false``: each is written as soon as it is ready. Read at start."""
+    """Whole answers, and the upstream requests for them, leave in batches: each is written on
+    the event loop's next turn, with the others made during this one, so that a peer that
+    sleeps between them (a client, a local model server) is woken once for the batch rather
+    than once for each, as aiohttp's client writes its requests. It costs each of them one
+    turn of the loop. A stream's request and frames are written at once: its first byte waits
+    for nothing. ``false``: everything is written as soon as it is ready."""
     loop: Literal["auto", "asyncio", "uvloop"] = "auto"
     """The event loop: ``auto`` is uvloop when it is installed, else asyncio's own
     (``--loop`` overrides it). Read at start."""

@@ -255,15 +255,10 @@ ErrorAnswer = Callable[[web.Request, Exception], web.StreamResponse]
 """The answer to what a handler raised (or it raises again), called inside its ``except``."""
 
 
-def edge_middleware_with(answer: ErrorAnswer | None, *, batch_answers: bool = False) -> Middleware:
+def edge_middleware_with(answer: ErrorAnswer | None) -> Middleware:
     """:func:`edge_middleware` that also answers what a handler raised with ``answer`` (the
     main app's error answers): one layer, not two, as every suspension of a handler resumes
-    each coroutine around it. ``batch_answers`` (``server.batch_writes``): a whole answer is
-    handed to aiohttp, which writes it, on the loop's next turn, with the others made during
-    this one. Written one by one as each is made, each of them wakes its client anew when the
-    client went to sleep since the last: on a host where the clients run too, that wake-up is
-    a good part of what a small answer costs to send. A streamed answer is written as it
-    comes."""
+    each coroutine around it."""
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -284,8 +279,6 @@ def edge_middleware_with(answer: ErrorAnswer | None, *, batch_answers: bool = Fa
                 response = answer(request, e)
             if conn is not None and request.content.exception() is not None:
                 response.force_close()  # its body timed out: closed after the answer
-            if batch_answers and not response.prepared:
-                await asyncio.sleep(0)
             return response
         finally:
             if conn is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 
 import orjson
@@ -56,7 +57,14 @@ async def chat(request: web.Request) -> web.StreamResponse:
                         request.app[ENV], runtime.config.server.trusted_proxies)
     if request.method == "OPTIONS" and runtime.config.server.cors.allow_origins:
         return web.Response(status=204)  # the CORS headers are added as it is prepared
-    return await serve(request, app[ENV], runtime, entry)
+    response = await serve(request, app[ENV], runtime, entry)
+    if not response.prepared and runtime.config.server.batch_writes:
+        # A whole answer, handed to aiohttp (which writes it) on the loop's next turn, with
+        # the others made during this one: written one by one as each is made, each wakes its
+        # client anew when it went to sleep since the last, and on a host where the clients run
+        # too that wake-up is a good part of what a small answer costs to send.
+        await asyncio.sleep(0)
+    return response
 
 
 async def healthz(request: web.Request) -> web.Response:

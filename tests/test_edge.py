@@ -30,7 +30,7 @@ from faults.harness import client_request
 from gateway.app import create_app
 from gateway.config import GatewayConfig, parse_config
 from gateway.dialects import DIALECTS, Dialect, names
-from gateway.edge import Edge, default_max_connections, edge_middleware_with
+from gateway.edge import Edge, default_max_connections
 from gateway.exchange.sink import AiohttpSink, ResponseSink, SinkFactory
 from gateway.keys import METRICS
 from gateway.log import configure_logging
@@ -146,41 +146,6 @@ def _ask(dialect: str, stream: bool = False) -> tuple[bytes, bytes]:
 
 
 # --- what the edge leans on in aiohttp ---------------------------------------------------------
-
-
-@pytest.mark.parametrize("batched", [True, False])
-async def test_a_whole_answer_is_written_on_the_loops_next_turn(aiohttp_client: Any,
-                                                                batched: bool) -> None:
-    """``server.batch_writes``: a whole answer made during one turn of the loop is handed to
-    aiohttp (which prepares and writes it) in the next, with the others made during that
-    turn; without it, as soon as it is made. A stream is written as it comes either way."""
-    seen: list[str] = []
-
-    async def whole(request: web.Request) -> web.StreamResponse:
-        asyncio.get_running_loop().call_soon(seen.append, "next turn")
-        return web.Response(text="ok")
-
-    async def stream(request: web.Request) -> web.StreamResponse:
-        resp = web.StreamResponse()
-        await resp.prepare(request)
-        asyncio.get_running_loop().call_soon(seen.append, "next turn")
-        return resp
-
-    async def prepared(request: web.BaseRequest, response: web.StreamResponse) -> None:
-        seen.append("written")
-
-    app = web.Application(middlewares=[edge_middleware_with(None, batch_answers=batched)])
-    app.router.add_get("/whole", whole)
-    app.router.add_get("/stream", stream)
-    app.on_response_prepare.append(prepared)
-    client = await aiohttp_client(app)
-    r = await client.get("/whole")
-    assert r.status == 200 and await r.text() == "ok"
-    assert seen == (["next turn", "written"] if batched else ["written", "next turn"])
-    seen.clear()
-    r = await client.get("/stream")
-    assert r.status == 200 and await r.read() == b""
-    assert seen == ["written", "next turn"]
 
 
 def test_the_default_connection_limit_follows_the_file_limit() -> None:

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from gateway.app import create_app
@@ -21,6 +22,7 @@ from gateway.config import parse_config
 from gateway.dialects import DIALECTS, Dialect, client_path, routes_by_prefix
 from gateway.errors import UpstreamError
 from gateway.exchange.outcome import Outcome
+from gateway.exchange.sink import AiohttpSink
 from gateway.upstream import MemoryResponse, MemoryTransport, UpstreamRequest
 
 DIALECT_LIST = list(DIALECTS.values())
@@ -139,6 +141,47 @@ async def test_every_mode_is_recorded_once_with_the_status_sent(
     if stream:
         assert o.chunks > 0 and resp.headers["Content-Type"].startswith(cl.stream_content_type)
     assert transport.in_use() == 0
+
+
+@pytest.mark.parametrize("batch", [True, False])
+async def test_whole_answers_and_their_requests_leave_in_batches_streams_at_once(
+        aiohttp_client: Any, recorder: Recorder, batch: bool) -> None:
+    """``server.batch_writes``: a whole answer is handed to aiohttp (which prepares and writes
+    it) on the loop's next turn, and its upstream request is marked to wait for it too; a
+    stream's request and answer are written at once. Off: everything at once."""
+    d = next(d for d in DIALECT_LIST if not getattr(d, "streams_only", False))
+    seen: list[str] = []
+
+    class Watched(AiohttpSink):
+        async def whole(self, status: int, headers: dict[str, str], body: bytes) -> None:
+            await super().whole(status, headers, body)  # the answer is made: mark this turn
+            asyncio.get_running_loop().call_soon(seen.append, "next turn")
+
+    async def prepared(request: web.BaseRequest, response: web.StreamResponse) -> None:
+        seen.append("written")
+
+    cfg = config(d, {"a": d})
+    cfg["server"] = {"batch_writes": batch}
+    answers = iter([answer_from(d, stream=False), answer_from(d, stream=True)])
+
+    async def upstream(r: UpstreamRequest) -> MemoryResponse:
+        return next(answers)
+
+    transport = MemoryTransport(upstream)
+    app = create_app(parse_config(cfg, env={}), transport=transport, on_outcome=recorder,
+                     sink=Watched)
+    app.on_response_prepare.append(prepared)
+    client: TestClient[Any, Any] = await aiohttp_client(app)
+    for stream in (False, True):
+        path, body, headers = stream_request(d, "/c", stream)
+        async with client.post(path, json=body, headers=headers) as resp:
+            assert resp.status == 200, await resp.read()
+            await resp.read()
+        assert transport.requests[-1].batched == (batch and not stream)
+        if not stream:
+            assert seen == (["next turn", "written"] if batch else ["written", "next turn"])
+            seen.clear()
+    assert [o.stream for o in recorder.outcomes] == [False, True]
 
 
 @pytest.mark.parametrize("up", DIALECT_LIST, ids=IDS)

@@ -42,9 +42,9 @@ BODY = b'{"messages":[{"role":"user","content":"hi"}]}'
 
 
 def request(url: str, *, head_timeout: float = 2.0, headers: dict[str, str] | None = None,
-            body: bytes = BODY) -> UpstreamRequest:
+            body: bytes = BODY, batched: bool = False) -> UpstreamRequest:
     return UpstreamRequest(url, body, headers or {"Content-Type": "application/json"}, 1.0,
-                           head_timeout)
+                           head_timeout, batched=batched)
 
 
 async def read_all(response: Any) -> bytes:
@@ -350,13 +350,12 @@ async def _one_pooled_connection(fast: FastTransport, server: ThreadServer) -> H
     return conn
 
 
-async def test_a_pooled_connection_the_server_closed_is_never_written_to() -> None:
+async def test_a_pooled_connection_the_server_closed_is_never_written_to(
+        fast: FastTransport) -> None:
     """The server closed the idle connection, and the gateway's loop has not run since, so the
     connection still looks fine to asyncio: the check before reuse sees the close, and the
-    request goes on a new connection, once. (Sent at once, with no batch: a turn of the loop
-    before the send would let the loop see the close first.)"""
+    request goes on a new connection, once."""
     server = ThreadServer()
-    fast = FastTransport(batch_writes=False)
     try:
         conn = await _one_pooled_connection(fast, server)
         server.close_first.set()
@@ -370,7 +369,6 @@ async def test_a_pooled_connection_the_server_closed_is_never_written_to() -> No
         assert [n for n, _ in server.requests] == [1, 2]
     finally:
         server.close()
-        await fast.aclose()
 
 
 def _sees_nothing(fd: int) -> bool:
@@ -380,9 +378,8 @@ def _sees_nothing(fd: int) -> bool:
 @pytest.fixture
 async def blind() -> AsyncIterator[FastTransport]:
     """A transport whose check before reusing a connection never sees a close or a reset
-    waiting: what arrives after the check, made certain. It sends at once (no batch), so the
-    loop cannot see the close between the test's and the send's steps either."""
-    t = FastTransport(readable=_sees_nothing, batch_writes=False)
+    waiting: what arrives after the check, made certain."""
+    t = FastTransport(readable=_sees_nothing)
     yield t
     await t.aclose()
 
@@ -757,17 +754,19 @@ async def test_a_cancelled_send_closes_the_connection(fast: FastTransport) -> No
 
 
 @pytest.mark.parametrize("batched", [True, False])
-async def test_the_requests_of_one_turn_are_written_together_on_the_next(batched: bool) -> None:
-    """``server.batch_writes``: a request made during one turn of the loop is written in the
-    next, with every other one made during that turn (an upstream that sleeps between them is
-    woken once for them all); without it, each is written as it is made."""
-    fast = FastTransport(batch_writes=batched)
+async def test_the_batched_requests_of_one_turn_are_written_together_on_the_next(
+        batched: bool) -> None:
+    """A batched request (``UpstreamRequest.batched``) made during one turn of the loop is
+    written in the next, with every other one made during that turn (an upstream that sleeps
+    between them is woken once for them all); any other is written as it is made."""
+    fast = FastTransport()
     try:
         async with RawServer(keep_alive_answers) as server:
             for r in await asyncio.gather(*(fast.send(request(server.url)) for _ in range(2))):
                 assert await read_all(r) == b'{"ok":true}'  # two pooled connections
                 r.close()
-            sends = [asyncio.create_task(fast.send(request(server.url))) for _ in range(2)]
+            sends = [asyncio.create_task(fast.send(request(server.url, batched=batched)))
+                     for _ in range(2)]
             await asyncio.sleep(0)  # the turn in which both sends began
             assert fast.in_use() == (0 if batched else 2)
             await asyncio.sleep(0)  # the next: both are on their connections

@@ -186,8 +186,11 @@ async def _call(ctx: AttemptContext, req: ChatRequest, state: UpstreamState, dia
             # (start_call's steps, here rather than in a coroutine of their own: each coroutine
             # of the chain that awaits the response head is resumed when it arrives)
             sent = time.perf_counter()
-            response = await ctx.transport.send(upstream_request(up, body, headers,
-                                                                 stream=up_stream, url=url))
+            # (a whole answer's request may wait a turn, to leave with the others of this
+            # one: server.batch_writes; a stream's first byte waits for nothing)
+            response = await ctx.transport.send(upstream_request(
+                up, body, headers, stream=up_stream, url=url,
+                batched=not req.stream and ctx.config.server.batch_writes))
             call = UpstreamCall(response, up, sent, time.perf_counter() - sent)
         except UpstreamError as e:
             return _upstream_failed(ctx, state, e, log)

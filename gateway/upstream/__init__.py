@@ -28,7 +28,6 @@ def connections_in_use(transport: Transport) -> int:
     return transport.in_use()
 
 
-def make_transport(client: Literal["fast", "aiohttp"], *, batch_writes: bool = True) -> Transport:
-    """The transport ``server.upstream_client`` names (``batch_writes``:
-    ``server.batch_writes``, which aiohttp's client does of itself)."""
-    return FastTransport(batch_writes=batch_writes) if client == "fast" else AiohttpTransport()
+def make_transport(client: Literal["fast", "aiohttp"]) -> Transport:
+    """The transport ``server.upstream_client`` names."""
+    return FastTransport() if client == "fast" else AiohttpTransport()

@@ -39,13 +39,15 @@ async def start_call(transport: Transport, config: UpstreamConfig, body: bytes,
 
 
 def upstream_request(config: UpstreamConfig, body: bytes, headers: Mapping[str, str], *,
-                     stream: bool, url: str | None = None) -> UpstreamRequest:
+                     stream: bool, url: str | None = None,
+                     batched: bool = False) -> UpstreamRequest:
     """The request :func:`start_call` sends: to ``url``, else the upstream's stream URL when
-    ``stream``, else its URL; bounded by its connect and first-byte timeouts."""
+    ``stream``, else its URL; bounded by its connect and first-byte timeouts (``batched``:
+    :attr:`UpstreamRequest.batched`)."""
     if url is None:
         url = config.effective_stream_url if stream else config.url
     return UpstreamRequest(url, body, headers, config.connect_timeout,
-                           config.first_byte_timeout or config.timeout)
+                           config.first_byte_timeout or config.timeout, batched=batched)
 
 
 class UpstreamCall:

@@ -211,23 +211,16 @@ class _Pool:
 class FastTransport:
     """:class:`~gateway.upstream.transport.Transport` on :class:`Http1Connection`."""
 
-    __slots__ = ("_batch", "_busy", "_closed", "_limit", "_loop", "_pools", "_readable", "_ssl",
-                 "_sweep")
+    __slots__ = ("_busy", "_closed", "_limit", "_loop", "_pools", "_readable", "_ssl", "_sweep")
 
     def __init__(self, *, limit_per_host: int = 1024,
                  ssl_context: ssl.SSLContext | None = None,
-                 readable: Callable[[int], bool] = _readable,
-                 batch_writes: bool = True) -> None:
+                 readable: Callable[[int], bool] = _readable) -> None:
         """``readable``: whether an idle connection's socket has something waiting (a close, a
         reset, stray bytes), checked right before it is reused (by default a zero-time poll);
         a test passes one that never sees anything, to make the race between that check and
-        the write certain. ``batch_writes`` (``server.batch_writes``): a request is sent on
-        the loop's next turn, with the others made during this one, as aiohttp's client
-        sends one from a task of its own: sent one by one as each is made, each wakes the
-        upstream anew when it went to sleep since the last, and on a host where the upstream
-        runs too that wake-up is a good part of what a request costs to send."""
+        the write certain."""
         self._limit = limit_per_host
-        self._batch = batch_writes
         self._readable = readable
         self._ssl = ssl_context
         self._pools: dict[tuple[str, str, int], _Pool] = {}
@@ -251,9 +244,11 @@ class FastTransport:
             loop = self._loop = asyncio.get_running_loop()
         deadline = loop.time() + request.head_timeout
         retried = False
-        if self._batch:
-            # (before a connection is taken: the check that it is idle stays right before the
-            # write, in the same turn)
+        if request.batched:
+            # Sent one by one as each is made, each request wakes the upstream anew when it
+            # went to sleep since the last: on a host where the upstream runs too, that wake-up
+            # is a good part of what sending costs. (Before a connection is taken: the check
+            # that it is idle stays right before the write, in the same turn.)
             await asyncio.sleep(0)
             if self._closed:
                 raise UpstreamError("connect", "the gateway is shutting down")

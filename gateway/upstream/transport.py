@@ -33,6 +33,10 @@ class UpstreamRequest:
     head_timeout: float
     """Bound on the wait for the status line and headers, from the start of the send."""
     method: str = "POST"
+    batched: bool = False
+    """It may wait for the event loop's next turn, to be written with the other requests made
+    during this one (``server.batch_writes``: a whole answer's request; aiohttp's client
+    writes every request so, from a task of its own). ``False``: written at once."""
 
 
 class UpstreamResponse(Protocol):
