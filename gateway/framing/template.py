@@ -134,27 +134,22 @@ class TextRun:
 
     def slots(self) -> list[Slot]:
         """What reading the frames one by one would have given."""
-        framed, event = self._framed, self.event
-        prefix, suffix = framed.prefix, framed.suffix
-        if self.counter is None:
-            return [Slot(t.decode(), prefix + t + suffix, event) for t in self.texts()]
-        first = self.counter - self.count + 1
-        before = framed.before
-        return [Slot(t.decode(), b"".join((prefix, t, before, str(first + k).encode(), suffix)),
-                     event, None, first + k) for k, t in enumerate(self.texts())]
+        return [self._slot(k) for k in range(self.count)]
 
     def split(self) -> tuple[Slot, TextRun | None]:
         """Its first frame, as reading it alone gives it, and the run of the others (``None``:
         it has no other)."""
-        framed, text = self._framed, self._texts[0]
+        return self._slot(0), (self.rest(1) if self.count > 1 else None)
+
+    def _slot(self, k: int) -> Slot:
+        """Its ``k``-th frame, as reading it alone gives it."""
+        framed, text = self._framed, self._texts[k]
         if self.counter is None:
-            first = Slot(text.decode(), framed.prefix + text + framed.suffix, self.event)
-        else:
-            number = self.counter - self.count + 1
-            first = Slot(text.decode(), b"".join((framed.prefix, text, framed.before,
-                                                  str(number).encode(), framed.suffix)),
-                         self.event, None, number)
-        return first, (self.rest(1) if self.count > 1 else None)
+            return Slot(text.decode(), framed.prefix + text + framed.suffix, self.event)
+        number = self.counter - self.count + 1 + k
+        return Slot(text.decode(), b"".join((framed.prefix, text, framed.before,
+                                             str(number).encode(), framed.suffix)),
+                    self.event, None, number)
 
     def rest(self, k: int) -> TextRun:
         """The run of its frames from the ``k``-th on (``0 < k < count``): the same bytes from
