@@ -38,8 +38,14 @@ typecheck: $(TESTING)
 # (PostgreSQL, Prometheus, Chromium, ...) on free ports, in temporary directories of its own.
 TEST_WORKERS ?= $(shell echo $$(( 2 * $$(nproc 2>/dev/null || echo 1) )))
 
+# Each worker collects the whole suite, and pytest rewrites the asserts of every package that
+# registers a plugin (LangSmith's, a dependency of LangChain's SDKs, is 227 modules): the plugins
+# the suite uses are named, the others are not loaded.
+PYTEST_PLUGINS := -p xdist -p asyncio -p aiohttp -p timeout -p hypothesispytest
+
 unit: $(TESTING) provision
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
+	PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 $(BIN)/python -m pytest -q $(PYTEST_PLUGINS) \
+		-n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 test: provision lint typecheck unit
 
