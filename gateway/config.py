@@ -164,8 +164,10 @@ class ServerConfig(_Model):
     the event loop's next turn, with the others made during this one, so that a peer that
     sleeps between them (a client, a local model server) is woken once for the batch rather
     than once for each, as aiohttp's client writes its requests. It costs each of them one
-    turn of the loop. A stream's request and frames are written at once: its first byte waits
-    for nothing. ``false``: everything is written as soon as it is ready."""
+    turn of the loop. So does a stream whose upstream answered at once (its frames and its end
+    came in one read, and go out in one write). A stream's request, and the frames of a stream
+    still coming, are written at once: their first byte waits for nothing. ``false``:
+    everything is written as soon as it is ready."""
     loop: Literal["auto", "asyncio", "uvloop"] = "auto"
     """The event loop: ``auto`` is uvloop when it is installed, else asyncio's own
     (``--loop`` overrides it). Read at start."""

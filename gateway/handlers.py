@@ -59,10 +59,12 @@ async def chat(request: web.Request) -> web.StreamResponse:
         return web.Response(status=204)  # the CORS headers are added as it is prepared
     response = await serve(request, app[ENV], runtime, entry)
     if not response.prepared and runtime.config.server.batch_writes:
-        # A whole answer, handed to aiohttp (which writes it) on the loop's next turn, with
-        # the others made during this one: written one by one as each is made, each wakes its
-        # client anew when it went to sleep since the last, and on a host where the clients run
-        # too that wake-up is a good part of what a small answer costs to send.
+        # An answer complete before any of it went out (a whole answer, or a stream whose
+        # upstream answered at once: gateway.exchange.sink), handed to aiohttp (which writes
+        # it) on the loop's next turn, with the others made during this one: written one by one
+        # as each is made, each wakes its client anew when it went to sleep since the last, and
+        # on a host where the clients run too that wake-up is a good part of what a small answer
+        # costs to send. A stream whose first frames came before its end went out with them.
         await asyncio.sleep(0)
     return response
 

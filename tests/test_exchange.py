@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
+from fakes import reader_for, sample_text, split_frames
 
 from gateway.app import create_app
 from gateway.config import parse_config
@@ -143,26 +144,46 @@ async def test_every_mode_is_recorded_once_with_the_status_sent(
     assert transport.in_use() == 0
 
 
+async def _pieces(chunks: list[bytes]) -> AsyncIterator[bytes]:
+    """An upstream body whose end shows only once its last chunk was read."""
+    for c in chunks:
+        await asyncio.sleep(0)
+        yield c
+
+
 @pytest.mark.parametrize("batch", [True, False])
-async def test_whole_answers_and_their_requests_leave_in_batches_streams_at_once(
+async def test_complete_answers_and_their_requests_leave_in_batches_streams_at_once(
         aiohttp_client: Any, recorder: Recorder, batch: bool) -> None:
-    """``server.batch_writes``: a whole answer is handed to aiohttp (which prepares and writes
-    it) on the loop's next turn, and its upstream request is marked to wait for it too; a
-    stream's request and answer are written at once. Off: everything at once."""
+    """``server.batch_writes``: an answer complete before any of it went out (a whole answer,
+    or a stream whose upstream answered at once) is handed to aiohttp (which prepares and
+    writes it) on the loop's next turn, and a whole answer's upstream request is marked to wait
+    for it too; a stream's request, and a stream whose first frames come before its end, are
+    written at once. Off: everything at once."""
     d = next(d for d in DIALECT_LIST if not getattr(d, "streams_only", False))
     seen: list[str] = []
 
+    def made() -> None:  # the answer is made: mark this turn
+        asyncio.get_running_loop().call_soon(seen.append, "next turn")
+
     class Watched(AiohttpSink):
         async def whole(self, status: int, headers: dict[str, str], body: bytes) -> None:
-            await super().whole(status, headers, body)  # the answer is made: mark this turn
-            asyncio.get_running_loop().call_soon(seen.append, "next turn")
+            await super().whole(status, headers, body)
+            made()
+
+        async def finish(self, last: bytes = b"") -> None:
+            await super().finish(last)
+            made()
 
     async def prepared(request: web.BaseRequest, response: web.StreamResponse) -> None:
         seen.append("written")
 
     cfg = config(d, {"a": d})
     cfg["server"] = {"batch_writes": batch}
-    answers = iter([answer_from(d, stream=False), answer_from(d, stream=True)])
+    frames = [f.data for f in split_frames(d, d.samples.streams["text"])]
+    assert len(frames) > 1
+    streamed = MemoryResponse(200, {"Content-Type": d.stream_content_type},
+                              _pieces([b"".join(frames[:-1]), frames[-1]]))
+    answers = iter([answer_from(d, stream=False), answer_from(d, stream=True), streamed])
 
     async def upstream(r: UpstreamRequest) -> MemoryResponse:
         return next(answers)
@@ -172,16 +193,22 @@ async def test_whole_answers_and_their_requests_leave_in_batches_streams_at_once
                      sink=Watched)
     app.on_response_prepare.append(prepared)
     client: TestClient[Any, Any] = await aiohttp_client(app)
-    for stream in (False, True):
+    texts = []
+    for stream, at_once in ((False, True), (True, True), (True, False)):
         path, body, headers = stream_request(d, "/c", stream)
         async with client.post(path, json=body, headers=headers) as resp:
             assert resp.status == 200, await resp.read()
-            await resp.read()
+            raw = await resp.read()
+        if stream:
+            assert resp.headers["Transfer-Encoding"] == "chunked"
+            texts.append(reader_for(d).read_stream(raw).text)
         assert transport.requests[-1].batched == (batch and not stream)
-        if not stream:
-            assert seen == (["next turn", "written"] if batch else ["written", "next turn"])
-            seen.clear()
-    assert [o.stream for o in recorder.outcomes] == [False, True]
+        assert seen == (["next turn", "written"] if batch and at_once
+                        else ["written", "next turn"]), (stream, at_once)
+        seen.clear()
+    assert texts[0] == texts[1] == sample_text(d.name, stream=True)
+    assert [o.stream for o in recorder.outcomes] == [False, True, True]
+    assert [o.status for o in recorder.outcomes] == [200, 200, 200]
 
 
 @pytest.mark.parametrize("up", DIALECT_LIST, ids=IDS)

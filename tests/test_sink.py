@@ -7,6 +7,7 @@ both values are run, and must put the same answer on the wire."""
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ import httptools
 import orjson
 import pytest
 from aiohttp import web
+from aiohttp.test_utils import TestServer
 from fakes import reader_for, sample_text
 from faults.harness import client_request
 
@@ -181,6 +183,50 @@ async def test_both_layers_put_the_same_answer_on_the_wire(dialect: str, case: s
         assert status == 400 and headers["content-type"].startswith("application/json")
     if case == "GET":
         assert status == 405 and headers.get("allow") == "POST, OPTIONS"
+
+
+async def test_a_stream_ended_before_its_first_write_is_on_the_wire_as_one_written_at_once(
+) -> None:
+    """A stream the exchange ends before it wrote any of it (the upstream answered at once)
+    is handed to aiohttp whole, to go out in one write: the bytes a client reads are those of
+    a stream prepared at once and ended with the same frames, head (but ``Date``) and chunked
+    body alike."""
+    head = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+            "X-Accel-Buffering": "no"}
+    frames = b"data: {\"a\": 1}\n\ndata: [DONE]\n\n"
+
+    async def through_the_sink(request: web.Request) -> web.StreamResponse:
+        sink = AiohttpSink(request)
+        await sink.start(head)
+        await sink.finish(frames)
+        response = sink.response()
+        assert not response.prepared  # (aiohttp writes it, after the handler)
+        return response
+
+    async def prepared_at_once(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(status=200, headers=head)
+        await response.prepare(request)
+        await response.write_eof(frames)
+        return response
+
+    app = web.Application()
+    app.router.add_post("/sink", through_the_sink)
+    app.router.add_post("/plain", prepared_at_once)
+    raw: dict[str, bytes] = {}
+    async with TestServer(app, host="127.0.0.1") as server:
+        for path in ("/sink", "/plain"):
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            try:
+                writer.write(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
+                             .encode())
+                async with asyncio.timeout(5):
+                    got = await reader.readuntil(b"\r\n0\r\n\r\n")
+            finally:
+                writer.close()
+            raw[path] = re.sub(rb"\r\nDate: [^\r]*", b"", got)
+    assert raw["/sink"] == raw["/plain"], raw
+    (a,) = _parse(raw["/sink"])
+    assert a.complete and a.body == frames and a.headers["transfer-encoding"] == "chunked"
 
 
 @pytest.mark.parametrize("layer", LAYERS)

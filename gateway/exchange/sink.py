@@ -4,6 +4,10 @@ The exchange says what to send (a whole answer with its status, or a 200 stream 
 the sink puts it on the wire: :class:`AiohttpSink`, aiohttp's response objects. The seam stays so
 that a test can watch what an exchange sends, and so that another writer would plug in here.
 
+A stream's head goes out with its first frames, not before them: a stream whose frames and end
+are all at hand when it starts (an upstream that answered at once) leaves in one write, the same
+bytes as when written piece by piece.
+
 A client gone shows as :class:`ConnectionError` from ``whole``, ``start``, ``write`` or
 ``finish`` (the answerer turns it into :class:`~gateway.exchange.attempts.ClientGone`).
 """
@@ -13,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol, TypeAlias
 
+import aiohttp
 from aiohttp import web
 
 __all__ = ["AiohttpSink", "ResponseSink", "SinkFactory"]
@@ -45,25 +50,45 @@ class ResponseSink(Protocol):
 class AiohttpSink:
     """aiohttp's response objects."""
 
-    __slots__ = ("_response", "request")
+    __slots__ = ("_head", "_response", "request")
 
     def __init__(self, request: web.BaseRequest) -> None:
         self.request = request
         self._response: web.StreamResponse | None = None
+        self._head: dict[str, str] | None = None
+        """A stream's headers, until its first write (see the module's docstring)."""
 
     async def whole(self, status: int, headers: dict[str, str], body: bytes) -> None:
         self._response = web.Response(status=status, body=body, headers=headers)
 
     async def start(self, headers: dict[str, str]) -> None:
-        self._response = web.StreamResponse(status=200, headers=headers)
-        await self._response.prepare(self.request)
+        if self.request.transport is None or self.request.transport.is_closing():
+            # (what preparing the answer would raise: the client is gone)
+            raise aiohttp.ClientConnectionResetError("Cannot write to closing transport")
+        self._head = headers
+
+    def _prepared(self) -> web.StreamResponse:
+        """The stream's response, created on its first write."""
+        if self._response is None:
+            assert self._head is not None  # (start came first)
+            self._response = web.StreamResponse(status=200, headers=self._head)
+        return self._response
 
     async def write(self, data: bytes) -> None:
-        assert self._response is not None
-        await self._response.write(data)
+        response = self._prepared()
+        if not response.prepared:
+            await response.prepare(self.request)
+        await response.write(data)
 
     async def finish(self, last: bytes = b"") -> None:
-        assert self._response is not None
+        if self._response is None:
+            # Nothing written yet: the head, the frames and the last chunk go in one write,
+            # when aiohttp writes the answer (a chunked Response: the same bytes on the wire)
+            assert self._head is not None
+            response = web.Response(status=200, body=last, headers=self._head)
+            response.enable_chunked_encoding()
+            self._response = response
+            return
         await self._response.write_eof(last)  # the last frames and the last chunk in one write
 
     def cut(self) -> web.StreamResponse:
@@ -71,9 +96,9 @@ class AiohttpSink:
         # to aiohttp), so no last chunk goes out, and nothing else either.
         if self.request.transport is not None:
             self.request.transport.close()
-        assert self._response is not None
-        self._response.force_close()
-        return self._response
+        response = self._prepared()
+        response.force_close()
+        return response
 
     def response(self) -> web.StreamResponse:
         assert self._response is not None
