@@ -4,9 +4,10 @@ The exchange says what to send (a whole answer with its status, or a 200 stream 
 the sink puts it on the wire: :class:`AiohttpSink`, aiohttp's response objects. The seam stays so
 that a test can watch what an exchange sends, and so that another writer would plug in here.
 
-A stream's head goes out with its first frames, not before them: a stream whose frames and end
-are all at hand when it starts (an upstream that answered at once) leaves in one write, the same
-bytes as when written piece by piece.
+A stream's head is written with its first frames, not when it starts: a stream ended before
+its first write (an upstream that answered at once) is handed to aiohttp whole and leaves in one
+write, batched like a whole answer (``server.batch_writes``); its bytes are those of a stream
+prepared and ended at once.
 
 A client gone shows as :class:`ConnectionError` from ``whole``, ``start``, ``write`` or
 ``finish`` (the answerer turns it into :class:`~gateway.exchange.attempts.ClientGone`).
