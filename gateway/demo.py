@@ -35,7 +35,7 @@ from gateway.dialects import DIALECTS, Dialect, client_path, get, routes_by_pref
 from gateway.dialects.base import text_of
 from gateway.errors import ParseError
 from gateway.framing import encoder_for
-from gateway.pipeline import events_from_response, parse_body
+from gateway.pipeline import events_from_response, parse_body, render_body
 from gateway.route_paths import distinct_paths
 
 __all__ = ["DEMO_BASE_PORT", "TOKEN_DELAY", "curl_commands", "demo_backend_app", "demo_backends",
@@ -183,7 +183,7 @@ def demo_backend_app(dialect_name: str, *, token_delay: float = TOKEN_DELAY) -> 
             req.stream or "text/event-stream" in request.headers.get("Accept", ""))
         whole = demo_answer(dialect_name, req)
         if not stream:
-            return web.json_response(body=orjson.dumps(dialect.render_response(whole, req)))
+            return web.json_response(body=render_body(dialect, whole, req))
         resp = web.StreamResponse(headers={"Content-Type": dialect.stream_content_type,
                                            "Cache-Control": "no-cache"})
         encoder, frame = dialect.encoder(req), encoder_for(dialect.framing)

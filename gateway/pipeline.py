@@ -81,6 +81,7 @@ __all__ = [
     "adapt_response",
     "events_from_response",
     "parse_body",
+    "render_body",
     "translate_request",
     "translate_response",
     "with_session_echo",
@@ -161,6 +162,16 @@ def translate_response(
     resp = with_session_echo(restore_tools(upstream.parse_response(body), req, upstream), req)
     resp, lost = adapt_response(resp, client, policy)
     return client.render_response(resp, req), lost
+
+
+def render_body(client: Dialect, resp: ChatResponse, req: ChatRequest) -> bytes:
+    """``resp`` as ``client``'s whole answer, serialised: ``orjson.dumps`` of its
+    ``render_response``, or the same bytes from a dialect that has them already
+    (``render_response_body``)."""
+    render = optional(client, "render_response_body")
+    if render is not None:
+        return render(resp, req)  # type: ignore[no-any-return]
+    return orjson.dumps(client.render_response(resp, req))
 
 
 def events_from_response(resp: ChatResponse) -> list[StreamEvent]:

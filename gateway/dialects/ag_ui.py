@@ -622,11 +622,17 @@ class AgUiDialect(SamplesFromPackage):
         return resp
 
     def render_response(self, resp: ChatResponse, req: ChatRequest) -> JSON:
+        return orjson.loads(self.render_response_body(resp, req))
+
+    def render_response_body(self, resp: ChatResponse, req: ChatRequest) -> bytes:
+        """The run's events as the encoder writes them, joined into the array: bytes already,
+        never parsed to be written again."""
         from gateway.pipeline import events_from_response
 
         enc = self.encoder(req)
-        return [orjson.loads(p) if isinstance(p, bytes) else p
-                for e in events_from_response(resp) for p in enc.encode(e)]
+        return b"[" + b",".join([p if isinstance(p, bytes) else orjson.dumps(p)
+                                 for e in events_from_response(resp)
+                                 for p in enc.encode(e)]) + b"]"
 
     # --- errors --------------------------------------------------------------------------------
 

@@ -384,6 +384,10 @@ class Dialect(Protocol):
     # Optional: ``streams_only: bool``. The dialect has no whole answer (an AG-UI agent only
     # answers with its event stream): an upstream of it whose ``streaming`` is ``auto`` is asked
     # for a stream for whole answers too, and the client gets the whole answer assembled.
+    # Optional: ``render_response_body(resp, req) -> bytes``, the very bytes of
+    # ``orjson.dumps(render_response(resp, req))``, for a dialect that has its whole answer as
+    # bytes already (an AG-UI answer is its stream's events): written without parsing them
+    # again (:func:`gateway.pipeline.render_body`).
     # Optional: ``routes_by_prefix: bool``. True: a route's ``path`` is a prefix, and what follows
     # it says the model and the method (Gemini's ``{prefix}/models/{model}:generateContent``).
     # Such a dialect defines ``read_target(rest, method, query) -> Target | None`` (``rest``: the

@@ -31,6 +31,7 @@ from gateway.pipeline import (
     events_from_response,
     optional,
     parse_body,
+    render_body,
     with_session_echo,
 )
 from gateway.pipeline_fast import Accelerate, stream_assembler, stream_translator
@@ -160,7 +161,7 @@ class Answerer:
         nothing of the client's put in (it is sent as it came: nothing re-serialised)."""
         try:
             resp, lost = adapt_response(resp, self.client, self.policy)
-            body = raw if raw is not None else orjson.dumps(self.client.render_response(resp, req))
+            body = raw if raw is not None else render_body(self.client, resp, req)
         except Unsupported as e:
             await self.fail(ChatError(502, str(e), code="UNSUPPORTED"))
             return Answered("ok")
