@@ -132,6 +132,19 @@ def test_forwarded_props_carry_what_run_agent_input_has_no_field_for() -> None:
     assert out["state"] == {} and back.session_state is None
 
 
+def test_the_empty_props_http_agent_always_sends_are_no_loss_and_others_are() -> None:
+    """HttpAgent sends ``state``, ``tools``, ``context`` and ``forwardedProps`` even when it has
+    none of them: the empty ones lose nothing in another dialect; props it does not read do."""
+    from gateway.dialects.openai import OpenAIDialect
+    from gateway.pipeline import translate_request
+
+    body = {**RUN, "state": {}, "tools": [], "context": [], "forwardedProps": {},
+            "messages": [{"id": "m0", "role": "user", "content": "hi"}]}
+    assert translate_request(body, D, OpenAIDialect(), policy="drop")[2] == []
+    body["forwardedProps"] = {"agentMode": "fast"}
+    assert translate_request(body, D, OpenAIDialect(), policy="drop")[2] == ["forwardedProps"]
+
+
 @pytest.mark.parametrize(("body", "where"), [
     ({"runId": "r", "messages": []}, "threadId"),
     ({**RUN, "messages": "hi"}, "messages"),
