@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import re
 import subprocess
 import sys
@@ -87,6 +88,7 @@ __all__ = [
     "Fakes",
     "Reader",
     "Script",
+    "SeededIds",
     "assert_failed_stream",
     "check_carried",
     "client_request",
@@ -131,6 +133,18 @@ CLIENT_STATE = "client-state-1"
 CLIENT_MAX_TOKENS = 512
 """The output cap a client sends (dialects that require one reject a request without it)."""
 
+
+
+class SeededIds:
+    """Random bytes drawn from a seed, in place of the kernel's
+    (:func:`gateway.canonical.use_id_source`): two translators, or two renderings of one answer,
+    mint the same ids."""
+
+    def __init__(self) -> None:
+        self._rng = random.Random(0)
+
+    def take(self, n: int) -> bytes:
+        return self._rng.randbytes(n)
 
 
 # --- the registry, for tests that need "some dialect" -------------------------------------------

@@ -21,6 +21,7 @@ from functools import cache
 from typing import Any
 
 import pytest
+from fakes import SeededIds
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from observe import chunks, client_request, pairs, stream_cases
@@ -60,26 +61,15 @@ TEXTS = ["Hello", ", ", "wörld", " 😀", " plain", " text", " «quoted»", " �
 _WHEN = re.compile(rb"\d{4}-\d\d-\d\dT[\d:.]+Z|(?<=\"created\":)\d+|(?<=\"created_at\":)\d+"
                    rb"|(?<=_duration\":)\d+")
 """What an encoder writes of the clock (times, and durations it measured): no part of what is
-compared (its ids are: see :class:`_Drawn`)."""
+compared (its ids are: see :class:`fakes.SeededIds`)."""
 
 LONG = 700
 """Bodies up to this long are also read byte by byte."""
 
 
-class _Drawn:
-    """Random bytes drawn from a seed, in place of the kernel's, so that the ids two
-    translators mint are the same ids."""
-
-    def __init__(self) -> None:
-        self._rng = random.Random(0)
-
-    def take(self, n: int) -> bytes:
-        return self._rng.randbytes(n)
-
-
 @pytest.fixture(autouse=True)
 def _drawn_ids() -> Iterator[None]:
-    with use_id_source(_Drawn()):
+    with use_id_source(SeededIds()):
         yield
 
 
@@ -173,7 +163,7 @@ def run(tr: StreamTranslator, reads: list[bytes], aborted: bool) -> tuple[Any, .
 
 def translated(u: Dialect, c: Dialect, req: ChatRequest, reads: list[bytes], aborted: bool,
                accelerate: Accelerate, policy: str) -> tuple[Any, ...]:
-    with use_id_source(_Drawn()):  # (the ids minted in here: the same each run)
+    with use_id_source(SeededIds()):  # (the ids minted in here: the same each run)
         tr = stream_translator(u, c, req, policy=policy,  # type: ignore[arg-type]
                                accelerate=accelerate)
         assert isinstance(tr, FastStreamTranslator) == bool(accelerators(accelerate))

@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 import pytest
+from fakes import SeededIds
 from observe import (
     Case,
     answer_checks,
@@ -147,16 +148,6 @@ def test_responses_round_trip(name: str) -> None:
             assert {k: v for k, v in out.items() if k in body} == body, case
 
 
-class _Seeded:
-    """The bytes of minted ids drawn from a seed: two renderings of one answer, the same ids."""
-
-    def __init__(self) -> None:
-        self._rng = random.Random(0)
-
-    def take(self, n: int) -> bytes:
-        return self._rng.randbytes(n)
-
-
 def test_a_whole_answer_written_as_bytes_is_its_render_serialised() -> None:
     """A dialect that has its whole answer as bytes already (``render_response_body``, what the
     exchange writes) gives the bytes of ``orjson.dumps`` of its ``render_response``: every
@@ -168,9 +159,9 @@ def test_a_whole_answer_written_as_bytes_is_its_render_serialised() -> None:
         for up in DIALECTS.values():
             for case, body in bodies(up, "response.json").items():
                 resp, _ = adapt_response(up.parse_response(body), d, "drop")
-                with use_id_source(_Seeded()):
+                with use_id_source(SeededIds()):
                     want = orjson.dumps(d.render_response(resp, req))
-                with use_id_source(_Seeded()):
+                with use_id_source(SeededIds()):
                     got = render_body(d, resp, req)
                 assert got == want, f"{up.name}/{case} -> {d.name}"
 
