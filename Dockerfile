@@ -1,3 +1,15 @@
+# The build stage compiles the translation core (setup.py, mypyc: a C compiler and the gateway's
+# dependencies, which pip fetches for the build); the image gets the wheel alone.
+FROM python:3.11-slim AS build
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends gcc libc6-dev \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY pyproject.toml setup.py README.md ./
+COPY gateway/ gateway/
+RUN pip wheel --no-cache-dir --no-deps -w /wheels .
+
 FROM python:3.11-slim
 
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -5,14 +17,12 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONUNBUFFERED=1 \
     PATH=/opt/chat-gateway/bin:$PATH
 
-# The gateway is pure Python: pyproject.toml is its whole build. Its own venv, so that the image's
-# PATH finds chat-gateway there and nothing else is installed into the system Python.
-WORKDIR /src
-COPY pyproject.toml README.md ./
-COPY gateway/ gateway/
+# Its own venv, so that the image's PATH finds chat-gateway there and nothing else is installed
+# into the system Python.
+COPY --from=build /wheels /wheels
 RUN python -m venv /opt/chat-gateway \
- && /opt/chat-gateway/bin/pip install --no-cache-dir . \
- && rm -rf /src
+ && /opt/chat-gateway/bin/pip install --no-cache-dir /wheels/*.whl \
+ && rm -rf /wheels
 
 # The gateway reads /etc/chat-gateway/config.yaml. The image ships the demo config there, as the
 # installed gateway writes it; mount your own over it,

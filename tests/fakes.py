@@ -147,6 +147,15 @@ class SeededIds:
         return self._rng.randbytes(n)
 
 
+class ZeroIds:
+    """Ids of zero bytes (:func:`gateway.canonical.use_id_source`): every id minted is the same,
+    whichever translator mints it and in whatever order (an encoder and its twin, given the same
+    events, are in the same state)."""
+
+    def take(self, n: int) -> bytes:
+        return bytes(n)
+
+
 # --- the registry, for tests that need "some dialect" -------------------------------------------
 
 

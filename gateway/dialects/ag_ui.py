@@ -842,10 +842,10 @@ class _Decoder:
 class _Encoder:
     __slots__ = ("_agent", "_calls", "_closed", "_head", "_head_of", "_message", "_model",
                  "_named", "_open_text", "_pending", "_reasoning", "_run", "_sealed", "_span",
-                 "_started", "_state", "_text_seen", "_thread", "_told")
+                 "_started", "_state", "_text_seen", "_thread_id", "_told")
 
     def __init__(self, thread: str, run: str) -> None:
-        self._thread, self._run = thread, run
+        self._thread_id, self._run = thread, run
         self._started = False
         self._closed = False
         self._message = _new_id("msg")
@@ -878,7 +878,7 @@ class _Encoder:
         out: list[Payload] = []
         if not self._started:
             self._started = True
-            out.append(_dump({"type": "RUN_STARTED", "threadId": self._thread,
+            out.append(_dump({"type": "RUN_STARTED", "threadId": self._thread_id,
                               "runId": self._run, "protocolVersion": PROTOCOL_VERSION}))
         if state is not None or context is not None:  # (every event but a start's has neither)
             out += self._absorb(state, context)
@@ -932,7 +932,7 @@ class _Encoder:
         match kind:
             case "RUN_STARTED":
                 self._started = True
-                for attr, key in (("_thread", "threadId"), ("_run", "runId")):
+                for attr, key in (("_thread_id", "threadId"), ("_run", "runId")):
                     if isinstance(payload.get(key), str):
                         setattr(self, attr, payload[key])
             case "TEXT_MESSAGE_START" if isinstance(mid, str):
@@ -1044,7 +1044,7 @@ class _Encoder:
                 out += [_dump({"type": "TOOL_CALL_END", "toolCallId": cid})
                         for cid in self._calls.values()]
                 self._closed = True
-                finished: dict[str, JSON] = {"type": "RUN_FINISHED", "threadId": self._thread,
+                finished: dict[str, JSON] = {"type": "RUN_FINISHED", "threadId": self._thread_id,
                                              "runId": self._run}
                 if self._pending:
                     finished["outcome"] = {"type": "success",

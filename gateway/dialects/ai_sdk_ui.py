@@ -978,8 +978,8 @@ def _chunk(obj: dict[str, JSON]) -> bytes:
 
 
 class _Encoder:
-    __slots__ = ("_agent", "_block", "_block_kind", "_calls", "_closed", "_data", "_mid",
-                 "_model", "_n", "_signed", "_sources", "_spoke", "_started", "_state",
+    __slots__ = ("_agent", "_block", "_block_kind", "_block_reasoning", "_calls", "_closed",
+                 "_data", "_mid", "_model", "_n", "_sources", "_spoke", "_started", "_state",
                  "_text_head")
 
     def __init__(self, message_id: str | None, model: str | None) -> None:
@@ -989,7 +989,7 @@ class _Encoder:
         self._closed = False
         self._block: str | None = None
         self._block_kind = ""
-        self._signed: Reasoning | None = None
+        self._block_reasoning: Reasoning | None = None
         """The open reasoning block's signature or redacted data (sent with its end)."""
         self._n = 0
         self._calls: dict[int, list[str]] = {}
@@ -1021,14 +1021,15 @@ class _Encoder:
         if self._block is None:
             return []
         end: dict[str, JSON] = {"type": f"{self._block_kind}-end", "id": self._block}
-        meta = reasoning_metadata(self._signed) if self._signed is not None else None
+        signed = self._block_reasoning
+        meta = reasoning_metadata(signed) if signed is not None else None
         if meta is not None:
             end["providerMetadata"] = meta
-        self._block, self._signed, self._text_head = None, None, None
+        self._block, self._block_reasoning, self._text_head = None, None, None
         return [_chunk(end)]
 
     def _open(self, kind: str) -> list[Payload]:
-        if self._block is not None and self._block_kind == kind and self._signed is None:
+        if self._block is not None and self._block_kind == kind and self._block_reasoning is None:
             return []
         out = self._close()
         self._n += 1
@@ -1103,8 +1104,8 @@ class _Encoder:
                                        "delta": event.text}))
                 if signed:
                     # sent with the block's end, where the SDK's reader keeps it
-                    self._signed = Reasoning(signature=event.signature, redacted=event.redacted,
-                                             dialect=event.dialect)
+                    self._block_reasoning = Reasoning(
+                        signature=event.signature, redacted=event.redacted, dialect=event.dialect)
                 return out
             case ToolCallStart():
                 out = self._start() + self._close()

@@ -21,12 +21,12 @@ Cumulative content becomes deltas by cutting the previously seen prefix; a new `
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeAlias, assert_never
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from gateway.canonical import (
     JSON,
@@ -73,15 +73,20 @@ _MESSAGE_KEYS = frozenset(
 
 
 _Shape: TypeAlias = Literal["spec", "app"]
-class ChatUIRouteOptions(BaseModel):
-    """Options of a route whose clients speak ``chatui``."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    chatui_shape: _Shape = Field("spec", description=(
+# Built by a call, not a class statement: compiled, a class body keeps no annotation pydantic
+# could read its fields from. ``Field`` is called untyped: typed, ``Field("spec", ...)`` is a str
+# (so that it can stand as a field's default), which the compiled call would check it to be.
+_field: Callable[..., Any] = Field
+ChatUIRouteOptions: type[BaseModel] = create_model(
+    "ChatUIRouteOptions",
+    __module__=__name__,
+    __doc__="Options of a route whose clients speak ``chatui``.",
+    __config__=ConfigDict(extra="forbid", frozen=True),
+    chatui_shape=(_Shape, _field("spec", description=(
         "The shape of a multi-agent whole answer: ``spec``, the format's array of message "
         "objects; ``app``, the Chat UI app's ``{\"messages\": [...]}`` (a single answer "
-        "always carries both)."))
+        "always carries both)."))),
+)
 
 
 def _iso_now() -> str:

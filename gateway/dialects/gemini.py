@@ -855,11 +855,6 @@ def _render_error(err: ChatError) -> dict[str, JSON]:
 # --- the dialect ---------------------------------------------------------------------------------
 
 
-class _CountTokens(TokenCount):
-    """``POST …/models/{model}:countTokens``: ``{"contents"}`` in (a client may wrap its request
-    as ``generateContentRequest``, which the parser unwraps), ``{"totalTokens"}`` out."""
-
-
 class GeminiDialect(SamplesFromPackage):
     name = NAME
     summary = "Google Gemini API (/v1beta/models/{model}:generateContent), SSE"
@@ -883,7 +878,9 @@ class GeminiDialect(SamplesFromPackage):
     """Beside a route at ``…/v1beta``; a route at any prefix also lists at ``{prefix}/models``
     (:meth:`read_target`)."""
     models_header: str | None = "x-goog-api-client"  # every Google SDK request has it
-    token_count: TokenCount | None = _CountTokens(
+    # ``POST …/models/{model}:countTokens``: ``{"contents"}`` in (a client may wrap its request
+    # as ``generateContentRequest``, which the parser unwraps), ``{"totalTokens"}`` out
+    token_count: TokenCount | None = TokenCount(
         ":countTokens", frozenset({"contents"}), key="totalTokens")
     routes_by_prefix = True
     """A route's path is a prefix: the model and the method follow it (:meth:`read_target`)."""
@@ -1170,14 +1167,19 @@ class _Decoder:
         return self._usage
 
     def decode(self, payload: Any) -> list[StreamEvent]:
-        # Nearly every event after the first: a candidate of text parts alone, the counts so far,
-        # perhaps the finish reason, under the API's own keys; read here as _decode reads it,
-        # without its walk. At each level the known keys are counted (cheaper than a set test of
-        # every key): the object's length is their number only when it has no other key, so no
-        # error, no blocked prompt, no snake_case key that the general path would camel-case
-        # onto a key read here. Any other shape, or a part that is not text alone, goes that
-        # path (tests/dialects/test_gemini_shortcut.py holds the two to the same reading).
-        if self._started and type(payload) is dict \
+        events = self._shortcut(payload) if self._started else None
+        return events if events is not None else self._decode(payload)
+
+    def _shortcut(self, payload: Any) -> list[StreamEvent] | None:
+        """The events of nearly every event after the first (``None`` for any other): a candidate
+        of text parts alone, the counts so far, perhaps the finish reason, under the API's own
+        keys; read as :meth:`_decode` reads it, without its walk."""
+        # At each level the known keys are counted (cheaper than a set test of every key): the
+        # object's length is their number only when it has no other key, so no error, no blocked
+        # prompt, no snake_case key that the general path would camel-case onto a key read here.
+        # Any other shape, or a part that is not text alone, goes that path
+        # (tests/dialects/test_gemini_shortcut.py holds the two to the same reading).
+        if type(payload) is dict \
                 and type(candidates := payload.get("candidates")) is list and candidates \
                 and type(candidate := candidates[0]) is dict \
                 and type(content := candidate.get("content")) is dict \
@@ -1214,7 +1216,7 @@ class _Decoder:
                 if finish:
                     self._finish(candidate, plain)
                 return plain
-        return self._decode(payload)
+        return None
 
     def _decode(self, payload: Any) -> list[StreamEvent]:
         """Any event, read in full (:meth:`decode` reads the common one without this walk)."""
@@ -1351,7 +1353,7 @@ class _Encoder:
         tail = self._tail = self._chunk([{"text": ""}])[len(_TEXT_HEAD) + 1:]
         return tail
 
-    def _signed(self, part: dict[str, JSON]) -> dict[str, JSON]:
+    def _with_signature(self, part: dict[str, JSON]) -> dict[str, JSON]:
         if self._signature is not None:
             part["thoughtSignature"] = self._signature
             self._signature = None
@@ -1380,7 +1382,7 @@ class _Encoder:
                     text = agent_header(event.agent, first=not self._spoke) + text
                     self._agent = event.agent
                 self._spoke = True
-                return [self._chunk([self._signed({"text": text})])]
+                return [self._chunk([self._with_signature({"text": text})])]
             case ReasoningDelta():
                 signature = _signature_of(Reasoning(event.text, event.signature, event.redacted,
                                                     dialect=event.dialect))
@@ -1411,11 +1413,11 @@ class _Encoder:
                                          {"value": args}}
                 if call_id:
                     call["id"] = call_id
-                return [self._chunk([self._signed({"functionCall": call})])]
+                return [self._chunk([self._with_signature({"functionCall": call})])]
             case ContextUpdate():
                 return []
             case StreamFinish():
-                parts = [self._signed({"text": ""})]
+                parts = [self._with_signature({"text": ""})]
                 return [self._chunk(parts, {"finishReason": _finish_out(event.reason)},
                                     _usage_out(event.usage))]
             case StreamError():

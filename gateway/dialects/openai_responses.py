@@ -36,7 +36,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Final, assert_never
+from typing import Any, ClassVar, Final, assert_never
 
 import orjson
 
@@ -199,7 +199,7 @@ class OpenAIResponsesDialect(SamplesFromPackage):
     stream_by_accept = False
     default_path = "/v1/responses"
     route_options = None
-    stored_responses: StoredResponses | None = None  # set below the class (_Stored)
+    stored_responses: ClassVar[StoredResponses | None] = None  # set below the class (_Stored)
     models_path: str | None = "/v1/models"  # the same OpenAI SDK lists where it posts
     models_header: str | None = None
     token_count: TokenCount | None = TokenCount(

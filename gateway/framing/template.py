@@ -175,7 +175,7 @@ class FrameTemplate:
     """The bytes around the text of one frame, and around its counter when it has one (see the
     module's docstring)."""
 
-    __slots__ = ("_after", "_before", "_counted_first", "_cut", "_framed", "_least", "_prefix",
+    __slots__ = ("_after", "_before", "_counted_first", "_framed", "_least", "_prefix",
                  "_suffix", "count", "counter", "event")
 
     def __init__(self, prefix: bytes, suffix: bytes, event: str,
@@ -195,9 +195,6 @@ class FrameTemplate:
             self._before, self._after, self._counted_first, count = counter
             self.counted(count)
         self._least = len(self._prefix) + len(self._suffix)
-        self._cut = slice(len(self._prefix), -len(self._suffix) or None)
-        """Where a frame's text is, once it was found between the prefix and the suffix (one
-        slice, not the lengths taken again for each frame)."""
         self._framed: _Framed | None = None
         """What :meth:`run` counts with, for the framing it was last given."""
 
@@ -212,7 +209,6 @@ class FrameTemplate:
         else:
             self._suffix = spelled
         self._least = len(self._prefix) + len(self._suffix)
-        self._cut = slice(len(self._prefix), -len(self._suffix) or None)
 
     def match(self, raw: bytes) -> str | None:
         """The text of ``raw`` when it is the template's frame with another plain string (and,
@@ -220,7 +216,7 @@ class FrameTemplate:
         if len(raw) <= self._least or not raw.startswith(self._prefix) \
                 or not raw.endswith(self._suffix):
             return None
-        body = raw[self._cut]
+        body = raw[len(self._prefix):len(raw) - len(self._suffix)]
         if _NOT_PLAIN.search(body) is not None:
             return None
         try:

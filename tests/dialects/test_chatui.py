@@ -5,7 +5,6 @@ app shows (``errorBody.message``)."""
 
 from __future__ import annotations
 
-import copy
 import itertools
 import random
 from dataclasses import replace
@@ -14,6 +13,7 @@ from typing import Any
 
 import orjson
 import pytest
+from fakes import ZeroIds
 from observe import AGENTS, CITATIONS, RICH, SNIPPETS, client_request, run_stream, strict
 from strict._wire import sse_events
 
@@ -24,10 +24,12 @@ from gateway.canonical import (
     ChatResponse,
     ContextUpdate,
     Message,
+    StreamEvent,
     StreamFinish,
     StreamStart,
     TextDelta,
     context_with_citations,
+    use_id_source,
 )
 from gateway.dialects import DIALECTS, get
 from gateway.dialects.chatui import citations_from_sources, sources_of
@@ -225,8 +227,14 @@ def test_a_failed_event_that_brings_the_last_text_shows_it_then_fails() -> None:
 # --- runs of plain texts -------------------------------------------------------------------------
 
 
-def _state(enc: Any) -> list[Any]:
-    return [getattr(enc, name) for name in enc.__slots__]
+def _twins(req: ChatRequest, *events: StreamEvent) -> tuple[Any, Any]:
+    """Two encoders of ``req`` given ``events``, minting the same ids: in the same state."""
+    with use_id_source(ZeroIds()):
+        encs = [ME.encoder(req) for _ in range(2)]
+        for enc in encs:
+            for e in events:
+                enc.encode(e)
+    return encs[0], encs[1]
 
 
 def _encoded(enc: Any, texts: list[bytes]) -> list[Payload]:
@@ -236,12 +244,10 @@ def _encoded(enc: Any, texts: list[bytes]) -> list[Payload]:
 def test_plain_texts_write_what_encoding_them_writes_and_keep_the_content() -> None:
     """Each event of a run carries the whole content so far, an escaped one included, as
     encoding the run's TextDeltas gives it; what follows sees the same content."""
-    enc = ME.encoder(ChatRequest([Message("user", "hi")], session_state="conv-1"))
     cites = citations_from_sources([{"id": "s", "title": "T", "url": "https://x.test"}])
-    for e in (StreamStart(id="m-1"), ContextUpdate(context_with_citations(cites)),
-              TextDelta('say "content":""\n ü')):
-        enc.encode(e)
-    twin = copy.copy(enc)
+    enc, twin = _twins(ChatRequest([Message("user", "hi")], session_state="conv-1"),
+                       StreamStart(id="m-1"), ContextUpdate(context_with_citations(cites)),
+                       TextDelta('say "content":""\n ü'))
     texts = [b" plain", " wörld 😀".encode(), b" end."]
     written = enc.plain_texts(texts)
     assert written == _encoded(twin, texts)
@@ -251,12 +257,12 @@ def test_plain_texts_write_what_encoding_them_writes_and_keep_the_content() -> N
 
 
 def test_plain_texts_leave_an_agents_text_and_a_closed_stream_to_encode() -> None:
-    enc = ME.encoder(ChatRequest([Message("user", "hi")]))
-    enc.encode(StreamStart())
-    enc.encode(TextDelta("Hi", agent="a"))
-    twin = copy.copy(enc)
+    enc, twin = _twins(ChatRequest([Message("user", "hi")]), StreamStart(),
+                       TextDelta("Hi", agent="a"))
     assert enc.plain_texts([b" there"]) is None
-    assert _state(enc) == _state(twin)  # nothing changed
+    # nothing changed: what follows is encoded as by its twin, never asked
+    with use_id_source(ZeroIds()):
+        assert enc.encode(TextDelta(" there")) == twin.encode(TextDelta(" there"))
     enc.encode(StreamFinish())
     assert enc.plain_texts([b"late"]) is None
     assert enc.encode(TextDelta("late")) == []

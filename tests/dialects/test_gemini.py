@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 import pytest
 from aiohttp.test_utils import TestClient
+from fakes import ZeroIds
 from strict import reader_for
 from strict._wire import frame_sse
 
@@ -314,11 +315,6 @@ def test_a_text_chunk_is_the_documented_shape() -> None:
             assert enc.encode(TextDelta(t)) == [orjson.dumps(want)]
 
 
-class _Zeros:
-    def take(self, n: int) -> bytes:
-        return bytes(n)
-
-
 def _framed(framing: str, payloads: list[Payload]) -> bytes:
     frame = encoder_for(framing)  # type: ignore[arg-type]
     return b"".join(frame(p) for p in payloads)
@@ -329,7 +325,7 @@ def test_plain_texts_are_the_chunks_their_text_deltas_make(framing: str) -> None
     """``plain_texts`` (the runs accelerator) writes what encoding each TextDelta writes, in
     either framing of a Gemini stream (framed after), and leaves the encoder as those would;
     a text that carries a signature, or an agent's header, takes the general path."""
-    with use_id_source(_Zeros()):  # (the same minted id for both, until the start gives one)
+    with use_id_source(ZeroIds()):  # (the same minted id for both, until the start gives one)
         fast, slow = G.encoder(G.parse_request(TEXT)), G.encoder(G.parse_request(TEXT))
     texts = ["Hello", " wörld 😀", " «q»"]
 
