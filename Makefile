@@ -37,7 +37,7 @@ provision:
 	bash .ci/provision
 
 lint: $(TESTING)
-	$(BIN)/ruff check gateway tests bench e2e
+	$(BIN)/ruff check gateway tests bench e2e setup.py
 
 typecheck: $(TESTING)
 	$(BIN)/mypy

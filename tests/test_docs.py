@@ -59,7 +59,7 @@ def test_docs_name_only_files_the_repo_has() -> None:
 # --- docs/performance.md, the README's performance section and bench/results/ ------------------
 
 _PERF = ROOT / "docs/performance.md"
-_RETIRED = re.compile(r"bench-compiled|http_layer|DirectSink|mypyc|\blane\b|make compiled",
+_RETIRED = re.compile(r"bench-compiled|http_layer|DirectSink|\blane\b|make compiled",
                       re.I)
 
 

@@ -1,6 +1,6 @@
-""".ci/provision, the script ``make test`` and ``.ci/run`` call so that the system tools the tests
-run are there: it installs the missing ones with apt-get when it may, and otherwise fails with one
-line naming the packages.
+""".ci/provision, the script ``make test`` (and so ``.ci/run``) calls so that the system tools
+the tests run are there: it installs the missing ones with apt-get when it may, and otherwise
+fails with one line naming the packages.
 
 Each test runs it with a PATH of stand-ins (``id``, ``apt-get``, ``sudo``) and none of the tools,
 so what it does is seen whatever this machine has installed and whoever runs the tests.
@@ -87,11 +87,13 @@ def test_the_list_names_the_tools_the_operations_tests_run() -> None:
     assert tools == {"promtool": "prometheus", "prometheus": "prometheus",
                      "chromium": "chromium", "/usr/lib/postgresql/*/bin/initdb": "postgresql",
                      "redis-server": "redis-server", "node": "nodejs", "npm": "npm"}
-    # make test and CI go through the script
-    assert "bash .ci/provision" in (ROOT / ".ci" / "run").read_text()
+    # CI runs make test, which goes through the script before the tests
+    assert "make test" in (ROOT / ".ci" / "run").read_text()
     makefile = (ROOT / "Makefile").read_text()
-    assert "bash .ci/provision" in makefile
-    assert "test: provision " in makefile
+    assert "provision:\n\tbash .ci/provision\n" in makefile
+    test_recipe = makefile[makefile.index("\ntest:"):].split("\n\n")[0]
+    assert " provision " in test_recipe and "unit" in test_recipe
+    assert "unit: " in makefile and " provision\n" in makefile[makefile.index("unit: "):]
 
 
 def test_nothing_to_do_when_every_tool_is_there(tmp_path: Path) -> None:
