@@ -78,6 +78,9 @@ def _is_sse(dialect: Dialect) -> bool:
 
 T = TIMEOUTS["timeout"]
 IDLE = TIMEOUTS["idle_timeout"]
+LONG = 1.2
+"""The ``long`` fault's ``max_stream_seconds``: past ``timeout``, which bounds only a stream's
+first byte."""
 
 
 def room(seconds: float) -> float:
@@ -183,7 +186,7 @@ FAULTS = [
           whole_streaming="always", bound=T + 3.0),
     # A stream that keeps flowing, past ``max_stream_seconds``: the error event, a timeout.
     Fault("long", status(504), event("max_stream_seconds", "GATEWAY_TIMEOUT"),
-          whole_streaming="always", bound=1.5 + 3.0, config=(("max_stream_seconds", 1.5),),
+          whole_streaming="always", bound=LONG + 3.0, config=(("max_stream_seconds", LONG),),
           text=TEXT * LONG_REPEATS, exact_prefix=False),
     # Unknown keys pass through only to a client of the upstream's own dialect, and there the
     # upstream's bytes are passed on as they came (never written back), deep value and all;
@@ -363,7 +366,7 @@ async def _run(case: Case, aiohttp_client: Any, logs: io.StringIO,
             assert elapsed > IDLE - 0.1, elapsed
         assert elapsed > case.fault.waits - 0.1, elapsed
         if case.fault.name == "long" and case.stream:  # recorded as the timeout it is
-            assert elapsed > 1.5 - 0.1, elapsed
+            assert elapsed > LONG - 0.1, elapsed
             assert await wait_until(lambda: '"up:timeout"' in logs.getvalue()), logs.getvalue()
         _check(case, ans, up.port)
         await settle(app)
@@ -411,7 +414,7 @@ busy machine takes, never reached when all is well (each look polls and returns 
 
 async def test_a_stream_may_outlast_timeout_while_it_keeps_flowing(aiohttp_client: Any) -> None:
     """``timeout`` bounds a stream's first byte, ``idle_timeout`` each silence: a stream that
-    drips a frame every 0.25 s for longer than ``timeout`` completes."""
+    drips a frame every ``DRIP_SECONDS`` for longer than ``timeout`` completes."""
     upstream, client_dialect = dialect_at(0), dialect_at(2)
     async with FaultUpstream() as up:
         app = create_app(gateway_config(up.url(upstream, "drip"), upstream, client_dialect))

@@ -50,9 +50,9 @@ __all__ = [
     "wait_until",
 ]
 
-TIMEOUTS = {"timeout": 1.0, "connect_timeout": 5.0, "idle_timeout": 0.5}
+TIMEOUTS = {"timeout": 0.8, "connect_timeout": 5.0, "idle_timeout": 0.4}
 """Small, so that the whole matrix runs fast, and apart, so that a test can tell which one fired:
-a ``drip`` frame every 0.25 s is well inside ``idle_timeout``, and a streamed drip (five pauses)
+a ``drip`` frame every 0.2 s is well inside ``idle_timeout``, and a streamed drip (five pauses)
 outlasts ``timeout`` (which bounds only the first byte of a stream). ``connect_timeout`` is no
 fault's subject (a refused connection is refused at once): it only has to leave a connect to
 127.0.0.1 room on a busy machine (0.5 s was seen to fire with both cores taken)."""

@@ -68,7 +68,7 @@ PIECES = ["Héllo ", "wörld 👋🏽", " — 日本語", " 🇫🇷👨‍👩�
 TEXT = "".join(PIECES)
 ERROR_MESSAGE = "the model is overloaded 💥 (upstream's own words)"
 SECRET_IN_PAGE = "Traceback (most recent call last): db-password=hunter2"
-DRIP_SECONDS = 0.25
+DRIP_SECONDS = 0.2
 HUGE_BYTES = 256 * 1024
 """Longer than the ``max_line_bytes`` the fault tests configure (64 KiB)."""
 FLOOD_PIECE = "x" * 1024
