@@ -1,5 +1,5 @@
-# The build stage compiles the translation core (setup.py, mypyc: a C compiler and the gateway's
-# dependencies, which pip fetches for the build); the image gets the wheel alone.
+# The build stage compiles the translation core (setup.py, mypyc, which needs a C compiler); the
+# image gets the wheel alone.
 FROM python:3.11-slim AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN apt-get update \
