@@ -1,4 +1,4 @@
-# The build stage compiles the translation core (setup.py, mypyc, which needs a C compiler); the
+# The build stage compiles the hot path (setup.py, mypyc, which needs a C compiler); the
 # image gets the wheel alone.
 FROM python:3.11-slim AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1

@@ -1,9 +1,9 @@
-"""The one build step pyproject.toml cannot declare: the translation core compiled to C.
+"""The one build step pyproject.toml cannot declare: the hot path compiled to C.
 
-A stream's cost in the gateway is its translation (framing, decoders, encoders), and that cost is
-Python's per call, spread thin over many small calls: compiled by mypyc from the same strictly
-typed sources, the modules listed under ``[tool.chat-gateway] compiled`` in pyproject.toml run
-two to three times faster. It is the only build: the suite runs against it, and
+A stream's cost in the gateway is its translation (framing, decoders, encoders) and the hop
+around it (the upstream client, the answer), and that cost is Python's per call, spread thin over
+many small calls: compiled by mypyc from the same strictly typed sources, the modules listed
+under ``[tool.chat-gateway] compiled`` in pyproject.toml run two to three times faster. It is the only build: the suite runs against it, and
 tests/test_build.py fails on a source edited since its module was compiled.
 
 Compiling type-checks those modules and what they import: here with mypy's defaults and no
