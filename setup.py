@@ -3,8 +3,9 @@
 A stream's cost in the gateway is its translation (framing, decoders, encoders) and the hop
 around it (the upstream client, the answer), and that cost is Python's per call, spread thin over
 many small calls: compiled by mypyc from the same strictly typed sources, the modules listed
-under ``[tool.chat-gateway] compiled`` in pyproject.toml run two to three times faster. It is the only build: the suite runs against it, and
-tests/test_build.py fails on a source edited since its module was compiled.
+under ``[tool.chat-gateway] compiled`` in pyproject.toml run two to three times faster. It is
+the only build: the suite runs against it, and tests/test_build.py fails on a source edited since
+its module was compiled.
 
 Compiling type-checks those modules and what they import: here with mypy's defaults and no
 config file (the project's strict check is `make typecheck`'s, with every dependency installed),
