@@ -16,7 +16,10 @@ The accelerators, by name (:data:`ACCELERATORS`):
     With ``templates``: the text frames that follow one another in a read are read at once (a
     :class:`TextRun`), passed on as their bytes on an identity route, or written by an encoder
     that takes their texts as they are (``plain_texts``) on another; a whole answer assembled
-    from a stream appends their texts at once.
+    from a stream appends their texts at once. Without a template (an upstream that names no
+    ``text_path``), a translating route still has the texts of the parsed frames that follow
+    one another in a read, each decoded as its text alone and a plain string body (no quote,
+    backslash or control character), written at once by such an encoder.
 
 :func:`stream_translator` and :func:`stream_assembler` build the plain path's objects with the
 accelerators asked for (all of them by default).
@@ -24,6 +27,7 @@ accelerators asked for (all of them by default).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -63,6 +67,11 @@ __all__ = [
 
 ACCELERATORS: frozenset[str] = frozenset({"forward", "templates", "runs"})
 """Every accelerator's name (see the module's docstring)."""
+
+_NOT_PLAIN_TEXT = re.compile(r'["\\\x00-\x1f\ud800-\udfff]')
+"""What a text may not hold to be written as the body of a JSON string as it is (as the text of
+a :class:`TextRun`, ``gateway.framing.template``, never does): a quote, a backslash, a control
+character, or a lone surrogate (not UTF-8, and no JSON writer's)."""
 
 Accelerate = bool | Iterable[str]
 """``True``: every accelerator; ``False``: none (the plain path); or the names of those to use."""
@@ -212,7 +221,7 @@ class FastStreamTranslator(StreamTranslator):
     the same state after each read. A run its decoding does not take is read frame by frame,
     until its decoding would take the rest (:meth:`TextRun.split`)."""
 
-    __slots__ = ("_forward", "_plain", "_reader", "_runs")
+    __slots__ = ("_batch", "_forward", "_plain", "_reader", "_runs", "batched")
 
     def __init__(
         self, upstream: Dialect, client: Dialect, req: ChatRequest, *,
@@ -246,6 +255,12 @@ class FastStreamTranslator(StreamTranslator):
                 (self._identity and not client.cumulative_stream) or not same):
             self._runs = decoding
             decoding.allow_runs()
+        self._batch = "runs" in accelerators and not same and self._plain is not None
+        """A translating route whose parsed text frames' texts are written at once
+        (:meth:`_translate_texts`)."""
+        self.batched = 0
+        """Texts of parsed frames written at once so far: what the accelerator spared, for
+        tests and profiles."""
 
     def feed(self, data: bytes) -> bytes:
         if self.done:
@@ -255,7 +270,7 @@ class FastStreamTranslator(StreamTranslator):
             return self._events([payloads])
         runs = self._runs
         if runs is None and not self._forward:
-            return self._translate(payloads)
+            return self._translate_texts(payloads) if self._batch else self._translate(payloads)
         out: list[bytes] = []
         passed: list[Any] = []
         """Payloads passed on as they came whose frames are not built yet."""
@@ -298,6 +313,56 @@ class FastStreamTranslator(StreamTranslator):
     def frames_in_runs(self) -> int:
         """Frames taken in runs so far (:attr:`TemplateDecoding.ran`)."""
         return 0 if self._runs is None else self._runs.ran
+
+    def _translate_texts(self, payloads: list[Any]) -> bytes:
+        """:meth:`StreamTranslator._translate` on a translating route, the texts of the frames
+        in a row that decode to their text alone, each a plain string body (as a
+        :class:`TextRun`'s frames' are), written at once (:meth:`_texts`)."""
+        out: list[bytes] = []
+        texts: list[TextDelta] = []
+        decode = self._in.decode
+        plain = _NOT_PLAIN_TEXT.search
+        for payload in payloads:
+            events = decode(payload)
+            if len(events) == 1:
+                e = events[0]
+                if type(e) is TextDelta and e.text and e.agent is None \
+                        and e.message_id is None and plain(e.text) is None:
+                    texts.append(e)
+                    continue
+            if texts:
+                out.append(self._texts(texts))
+                texts = []
+            out.append(self._events(events) if events else b"")
+            if self.done:
+                break
+        if texts:
+            out.append(self._texts(texts))
+        return b"".join(out)
+
+    def _texts(self, deltas: list[TextDelta]) -> bytes:
+        """Plain texts alone, decoded from frames in a row: written by an encoder that takes
+        texts as they are, as :meth:`_run` writes a run's, else as :meth:`_events` writes the
+        deltas. An encoder that does not take them yet (the first text opens a message) is
+        given the first as :meth:`_events` gives it, then the others (as a run not taken is
+        split)."""
+        plain = self._plain
+        if plain is None or len(deltas) < 2 or self.done or self._replay:
+            return self._events([*deltas])
+        texts = [d.text.encode() for d in deltas]
+        out = b""
+        payloads = plain(texts) if self._started else None
+        if payloads is None:
+            out = self._events([deltas[0]])
+            deltas, texts = deltas[1:], texts[1:]
+            payloads = None if len(deltas) < 2 or self.done or self._replay else plain(texts)
+            if payloads is None:
+                return out + self._events([*deltas])
+        self.text_chars += sum([len(d.text) for d in deltas])
+        self.content_started = True
+        self.chunks += len(payloads)
+        self.batched += len(deltas)
+        return out + self._frames(payloads)
 
     def _writes_as_it_came(self, payload: Any) -> bool:
         if type(payload) is Slot:  # (its template's bytes hold no line end: a CR, at most)

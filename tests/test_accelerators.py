@@ -308,6 +308,40 @@ def test_a_translated_stream_takes_the_run_after_a_message_s_first_text() -> Non
     assert named & ran
 
 
+def test_a_translated_stream_writes_the_texts_of_parsed_frames_at_once() -> None:
+    """(What the tests above compare is not two ways that never differ.) On a translating route
+    from an upstream whose frames are all parsed (no template) to a client whose encoder takes
+    plain texts, the texts of a read's text frames are written at once, all but the first
+    (which opens the message) where the encoder would not take it; a text that is no plain
+    string body (a quote, a line end) is written as the plain path writes it, and those on
+    either side of it still at once. The same bytes and counts as with the accelerators off."""
+    quoted = [*TEXTS[:9], ' "quoted"', " two\nlines", *TEXTS[9:]]
+    batched: set[str] = set()
+    for up, cl in PAIRS:
+        u, c = DIALECTS[up], DIALECTS[cl]
+        req, _ = client_request(c, stream=True)
+        if u is c or optional(u, "text_path") is not None \
+                or optional(c.encoder(req), "plain_texts") is None:
+            continue
+        for texts in (TEXTS, quoted):
+            body = _encoded(u, [StreamStart(model="m"), *(TextDelta(t) for t in texts),
+                                StreamFinish("stop")])
+            fast = translated(u, c, req, [body], False, True, "reject")
+            assert fast == translated(u, c, req, [body], False, False, "reject"), (up, cl)
+            tr = stream_translator(u, c, req)
+            assert isinstance(tr, FastStreamTranslator)
+            tr.feed(body)
+            plain = len(texts) - (texts is quoted) * 2
+            # (at most the first text of the message, and of each side of the quoted pair)
+            assert plain - 1 - (texts is quoted) * 2 <= tr.batched <= plain, (up, cl)
+            off = stream_translator(u, c, req, accelerate={"templates"})
+            assert isinstance(off, FastStreamTranslator)
+            off.feed(body)
+            assert off.batched == 0, (up, cl)  # (an accelerator of "runs")
+        batched.add(up)
+    assert len(batched) >= 2
+
+
 # --- the accelerators are used, and switched ---------------------------------------------------
 
 
