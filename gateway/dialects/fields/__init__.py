@@ -272,21 +272,33 @@ def _packaged(name: str) -> FieldTable | None:
     return table
 
 
+_OWN_TABLE: dict[type, bool] = {}
+"""Whether a dialect's class may give a ``field_table`` of its own: asked once per class (every
+request asks, and ``getattr`` of a member that is not there costs an exception)."""
+
+
 def table_of(dialect: _HasName) -> FieldTable | None:
-    """The dialect's table: its own ``field_table``, else the one shipped here under its
-    name, else ``None``."""
-    own = getattr(dialect, "field_table", None)
-    if isinstance(own, FieldTable):
-        return own
+    """The dialect's table: its own ``field_table`` (set on its class), else the one shipped
+    here under its name, else ``None``."""
+    cls = type(dialect)
+    own_table = _OWN_TABLE.get(cls)
+    if own_table is None:
+        own_table = _OWN_TABLE[cls] = hasattr(cls, "field_table") or hasattr(cls, "__getattr__")
+    if own_table:
+        own = getattr(dialect, "field_table", None)
+        if isinstance(own, FieldTable):
+            return own
     return _packaged(dialect.name)
 
 
 # --- what a request holds ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Use:
-    """A field a request holds: its path, and its table entry (``None``: undocumented)."""
+    """A field a request holds: its path, and its table entry (``None``: undocumented). (Not
+    frozen: a few are made for every request, and compiled, a frozen dataclass is built through
+    ``object.__setattr__``, many times the cost.)"""
 
     path: str
     field: Field | None
