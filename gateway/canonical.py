@@ -79,11 +79,14 @@ JSON: TypeAlias = Any
 # --- content parts -------------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class TextPart:
     """A piece of text in a message's content."""
 
     text: str
+
+    def __init__(self, text: str) -> None:
+        self.text = text
 
 
 @dataclass(slots=True)
@@ -260,7 +263,12 @@ class OutputFormat:
 # --- requests ------------------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
+# The classes built on every request (or stream event) write their own __init__ (init=False):
+# compiled, the one dataclasses generates runs interpreted, several times the cost.
+# tests/test_canonical.py holds each to its fields (names, order, defaults).
+
+
+@dataclass(slots=True, init=False)
 class Message:
     """One message of the conversation a client sends."""
 
@@ -284,12 +292,27 @@ class Message:
     extras: dict[str, JSON] = field(default_factory=dict)
     """Keys of the wire message no field above names."""
 
+    def __init__(self, role: str, content: str | list[Part], context: JSON = None,
+                 name: str | None = None, tool_calls: list[ToolCall] | None = None,
+                 tool_call_id: str | None = None, is_error: bool = False,
+                 reasoning: list[Reasoning] | None = None,
+                 extras: dict[str, JSON] | None = None) -> None:
+        self.role = role
+        self.content = content
+        self.context = context
+        self.name = name
+        self.tool_calls = [] if tool_calls is None else tool_calls
+        self.tool_call_id = tool_call_id
+        self.is_error = is_error
+        self.reasoning = [] if reasoning is None else reasoning
+        self.extras = {} if extras is None else extras
+
     @property
     def text(self) -> str:
         return parts_text(self.content)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ChatRequest:
     """A chat request, whichever dialect it came in."""
 
@@ -334,6 +357,34 @@ class ChatRequest:
     """The documented fields :attr:`wire` holds, once looked up (by
     :func:`gateway.dialects.fields.losses`)."""
 
+    def __init__(self, messages: list[Message], stream: bool = False, context: JSON = None,
+                 session_state: JSON = None, session_minted: bool = False,
+                 model: str | None = None, sampling: dict[str, JSON] | None = None,
+                 tools: list[ToolDef] | None = None, tool_choice: ToolChoice | None = None,
+                 reasoning: ReasoningRequest | None = None, output: OutputFormat | None = None,
+                 extras: dict[str, JSON] | None = None, extras_dialect: str | None = None,
+                 hints: dict[str, JSON] | None = None, options: dict[str, JSON] | None = None,
+                 unmapped: list[str] | None = None, wire: JSON = None,
+                 field_uses: list[Any] | None = None) -> None:
+        self.messages = messages
+        self.stream = stream
+        self.context = context
+        self.session_state = session_state
+        self.session_minted = session_minted
+        self.model = model
+        self.sampling = {} if sampling is None else sampling
+        self.tools = [] if tools is None else tools
+        self.tool_choice = tool_choice
+        self.reasoning = reasoning
+        self.output = output
+        self.extras = {} if extras is None else extras
+        self.extras_dialect = extras_dialect
+        self.hints = {} if hints is None else hints
+        self.options = {} if options is None else options
+        self.unmapped = [] if unmapped is None else unmapped
+        self.wire = wire
+        self.field_uses = field_uses
+
 
 # --- whole answers -------------------------------------------------------------------------------
 
@@ -348,7 +399,7 @@ class Citation:
     snippet: str | None = None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Usage:
     """Token counts under OpenAI's meaning: ``input_tokens`` includes cached input,
     ``output_tokens`` includes reasoning. A dialect with other meanings converts (Anthropic's
@@ -364,6 +415,15 @@ class Usage:
     reasoning_tokens: int | None = None
     """Output spent on reasoning (part of ``output_tokens``)."""
 
+    def __init__(self, input_tokens: int | None = None, output_tokens: int | None = None,
+                 cached_input_tokens: int | None = None, cache_write_tokens: int | None = None,
+                 reasoning_tokens: int | None = None) -> None:
+        self.input_tokens = input_tokens
+        self.output_tokens = output_tokens
+        self.cached_input_tokens = cached_input_tokens
+        self.cache_write_tokens = cache_write_tokens
+        self.reasoning_tokens = reasoning_tokens
+
     @property
     def total_tokens(self) -> int | None:
         if self.input_tokens is None and self.output_tokens is None:
@@ -376,7 +436,7 @@ FINISH_REASONS = ("stop", "length", "tool_calls", "content_filter", "error")
 does not know is kept as it came (and rendered by another dialect as ``stop``)."""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AssistantMessage:
     """One assistant message of a whole answer (several when a multi-agent backend answers)."""
 
@@ -393,8 +453,22 @@ class AssistantMessage:
     """Reasoning that preceded this message's text."""
     extras: dict[str, JSON] = field(default_factory=dict)
 
+    def __init__(self, content: str, role: str = "assistant", agent: str | None = None,
+                 content_type: str | None = None, id: str | None = None,
+                 tool_calls: list[ToolCall] | None = None,
+                 reasoning: list[Reasoning] | None = None,
+                 extras: dict[str, JSON] | None = None) -> None:
+        self.content = content
+        self.role = role
+        self.agent = agent
+        self.content_type = content_type
+        self.id = id
+        self.tool_calls = [] if tool_calls is None else tool_calls
+        self.reasoning = [] if reasoning is None else reasoning
+        self.extras = {} if extras is None else extras
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class ChatResponse:
     """A whole (non-streamed) answer."""
 
@@ -412,6 +486,22 @@ class ChatResponse:
     model: str | None = None
     extras: dict[str, JSON] = field(default_factory=dict)
     extras_dialect: str | None = None
+
+    def __init__(self, messages: list[AssistantMessage], context: JSON = None,
+                 session_state: JSON = None, finish_reason: str | None = None,
+                 usage: Usage | None = None, id: str | None = None, created: int | None = None,
+                 model: str | None = None, extras: dict[str, JSON] | None = None,
+                 extras_dialect: str | None = None) -> None:
+        self.messages = messages
+        self.context = context
+        self.session_state = session_state
+        self.finish_reason = finish_reason
+        self.usage = usage
+        self.id = id
+        self.created = created
+        self.model = model
+        self.extras = {} if extras is None else extras
+        self.extras_dialect = extras_dialect
 
     @property
     def text(self) -> str:
@@ -454,7 +544,7 @@ class ChatError:
 # this order (a decoder that meets text before any start emits the start first).
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class StreamStart:
     """The answer begins: who speaks, and what is known before the text."""
 
@@ -467,8 +557,19 @@ class StreamStart:
     usage: Usage | None = None
     """What is counted before the answer (Anthropic's ``message_start`` input usage)."""
 
+    def __init__(self, role: str = "assistant", context: JSON = None, session_state: JSON = None,
+                 id: str | None = None, created: int | None = None, model: str | None = None,
+                 usage: Usage | None = None) -> None:
+        self.role = role
+        self.context = context
+        self.session_state = session_state
+        self.id = id
+        self.created = created
+        self.model = model
+        self.usage = usage
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class TextDelta:
     """A piece of the answer's text; ``agent`` names the speaker in multi-agent streams."""
 
@@ -478,6 +579,12 @@ class TextDelta:
     """The upstream's id of the message this text begins (chatui ``messageId``), on the first
     delta of each message only: a dialect that names its messages reuses it, so that a client
     shown the upstream's own events (a same-dialect route) keeps seeing the same ids."""
+
+    def __init__(self, text: str, agent: str | None = None,
+                 message_id: str | None = None) -> None:
+        self.text = text
+        self.agent = agent
+        self.message_id = message_id
 
 
 @dataclass(slots=True)
@@ -530,12 +637,16 @@ class ContextUpdate:
     session_state: JSON = None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class StreamFinish:
     """The answer ended cleanly."""
 
     reason: str | None = "stop"
     usage: Usage | None = None
+
+    def __init__(self, reason: str | None = "stop", usage: Usage | None = None) -> None:
+        self.reason = reason
+        self.usage = usage
 
 
 @dataclass(slots=True)

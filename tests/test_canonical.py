@@ -231,3 +231,112 @@ def test_a_forked_child_does_not_hand_out_its_parents_ids() -> None:
         os.waitpid(pid, 0)
     assert len(child) == 32
     assert child != random_hex()  # the id the parent's buffer gives next
+
+
+# --- the classes that write their own __init__ ---------------------------------------------------
+
+
+def _samples() -> dict[type, dict[str, Any]]:
+    """A value for every field of each class that writes its own ``__init__`` (see
+    gateway/canonical.py), none of them its default, no two the same."""
+    from gateway.canonical import (
+        AssistantMessage,
+        ChatRequest,
+        ChatResponse,
+        Message,
+        OutputFormat,
+        ReasoningRequest,
+        StreamFinish,
+        StreamStart,
+        TextDelta,
+        TextPart,
+        ToolCall,
+        ToolChoice,
+        ToolDef,
+        Usage,
+    )
+    from gateway.dialects.fields import Field, Use
+    from gateway.exchange.answer import Progress
+    from gateway.exchange.attempts import Answered
+    from gateway.exchange.outcome import Attempt, Outcome
+
+    usage = Usage(1, 2, 3, 4, 5)
+    return {
+        Usage: {"input_tokens": 11, "output_tokens": 12, "cached_input_tokens": 13,
+                "cache_write_tokens": 14, "reasoning_tokens": 15},
+        TextDelta: {"text": "t", "agent": "a", "message_id": "m"},
+        StreamFinish: {"reason": "length", "usage": usage},
+        StreamStart: {"role": "r", "context": {"c": 1}, "session_state": {"s": 1}, "id": "i",
+                      "created": 7, "model": "m", "usage": usage},
+        Message: {"role": "user", "content": "hi", "context": {"c": 2}, "name": "n",
+                  "tool_calls": [ToolCall("c1", "f", "{}")], "tool_call_id": "c2",
+                  "is_error": True, "reasoning": [], "extras": {"e": 1}},
+        ChatRequest: {"messages": [Message("user", "hi")], "stream": True, "context": {"c": 3},
+                      "session_state": {"s": 2}, "session_minted": True, "model": "m",
+                      "sampling": {"temperature": 0.5}, "tools": [ToolDef("f")],
+                      "tool_choice": ToolChoice("auto"), "reasoning": ReasoningRequest("low"),
+                      "output": OutputFormat("json_object"), "extras": {"e": 2},
+                      "extras_dialect": "d", "hints": {"h": 1}, "options": {"o": 1},
+                      "unmapped": ["u"], "wire": {"w": 1}, "field_uses": []},
+        TextPart: {"text": "t"},
+        AssistantMessage: {"content": "c", "role": "r", "agent": "a", "content_type": "text",
+                           "id": "i", "tool_calls": [ToolCall("c1", "f", "{}")],
+                           "reasoning": [], "extras": {"e": 3}},
+        ChatResponse: {"messages": [AssistantMessage("c")], "context": {"c": 4},
+                       "session_state": {"s": 3}, "finish_reason": "stop", "usage": usage,
+                       "id": "i", "created": 8, "model": "m", "extras": {"e": 4},
+                       "extras_dialect": "d"},
+        Answered: {"outcome": "ok"},
+        Use: {"path": "p", "field": Field("p")},
+        Progress: {"status": 200, "chunks": 3, "first_content": 1.5, "client_wait": 2.5,
+                   "error": "e", "usage": usage, "dropped": ["x"], "sent_bytes": 9,
+                   "model": "m", "finish_reason": "stop"},
+        Attempt: {"upstream": "u", "outcome": "ok", "seconds": 0.5, "status": 200},
+        Outcome: {"request_id": "r", "route": "/", "client_dialect": "c", "status": 200,
+                  "duration": 0.25, "upstream": "u", "upstream_dialect": "d", "stream": True,
+                  "ttft": 0.125, "upstream_wait": 0.5, "client_wait": 0.75, "chunks": 4,
+                  "attempts": (Attempt("u", "ok"),), "dropped": ("x",), "usage": usage,
+                  "error": "e", "disconnected": True, "path": "/p", "method": "GET",
+                  "client": "127.0.0.1", "user_agent": "ua", "request_bytes": 5,
+                  "response_bytes": 6, "model": "m", "response_model": "rm",
+                  "finish_reason": "stop", "trace": None, "key": "k"},
+    }
+
+
+def _same(got: Any, given: Any) -> bool:
+    """``got`` is ``given`` (a number compiled code keeps unboxed is the same number, boxed
+    anew)."""
+    if type(given) in (int, float, bool):
+        return type(got) is type(given) and got == given
+    return got is given
+
+
+def test_hand_written_constructors_keep_to_their_fields() -> None:
+    """Each such ``__init__`` takes every field, by name (and, but for keyword-only classes, in
+    the fields' order), sets each to what it was given, and gives each field left out the
+    default the dataclass declares (a new one from its factory each time)."""
+    import dataclasses
+
+    for cls, sample in _samples().items():
+        fields = dataclasses.fields(cls)
+        assert [f.name for f in fields] == list(sample), cls
+        made = cls(**sample)
+        for f in fields:
+            assert _same(getattr(made, f.name), sample[f.name]), (cls, f.name)
+        if not any(f.kw_only for f in fields):
+            made = cls(*sample.values())
+            for f in fields:
+                assert _same(getattr(made, f.name), sample[f.name]), (cls, f.name)
+        required = {f.name: sample[f.name] for f in fields
+                    if f.default is dataclasses.MISSING
+                    and f.default_factory is dataclasses.MISSING}
+        one, two = cls(**required), cls(**required)
+        for f in fields:
+            if f.name in required:
+                continue
+            if f.default_factory is not dataclasses.MISSING:
+                assert getattr(one, f.name) == f.default_factory(), (cls, f.name)
+                assert getattr(one, f.name) is not getattr(two, f.name), (cls, f.name)
+            else:
+                assert getattr(one, f.name) == f.default, (cls, f.name)
+                assert type(getattr(one, f.name)) is type(f.default), (cls, f.name)

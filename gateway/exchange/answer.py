@@ -49,7 +49,9 @@ without."""
 _TOO_DEEP = "the upstream answer is nested too deeply to pass on"
 
 
-@dataclass(slots=True)
+# Its own __init__ (init=False): compiled, the one dataclasses generates runs interpreted
+# (tests/test_canonical.py holds it to the fields).
+@dataclass(slots=True, init=False)
 class Progress:
     """What the answer did so far."""
 
@@ -66,6 +68,21 @@ class Progress:
     model: str | None = None
     """The model the answer names."""
     finish_reason: str | None = None
+
+    def __init__(self, status: int = 0, chunks: int = 0, first_content: float | None = None,
+                 client_wait: float = 0.0, error: str | None = None, usage: Usage | None = None,
+                 dropped: list[str] | None = None, sent_bytes: int = 0,
+                 model: str | None = None, finish_reason: str | None = None) -> None:
+        self.status = status
+        self.chunks = chunks
+        self.first_content = first_content
+        self.client_wait = client_wait
+        self.error = error
+        self.usage = usage
+        self.dropped = [] if dropped is None else dropped
+        self.sent_bytes = sent_bytes
+        self.model = model
+        self.finish_reason = finish_reason
 
     def drop(self, fields: list[str]) -> None:
         self.dropped.extend(f for f in fields if f not in self.dropped)

@@ -39,12 +39,17 @@ class ClientGone(Exception):
 
 # Not frozen: a frozen dataclass's __init__ sets each field through object.__setattr__,
 # several times the cost of a plain one, and this is built on every request. Written once.
-@dataclass(slots=True)
+# Its own __init__ (init=False): compiled, the one dataclasses generates runs interpreted
+# (tests/test_canonical.py holds it to its field).
+@dataclass(slots=True, init=False)
 class Answered:
     """The client has its answer (sent through the exchange's sink)."""
 
     outcome: str
     """The attempt's outcome: ok, or the fault found while answering (malformed, connect, …)."""
+
+    def __init__(self, outcome: str) -> None:
+        self.outcome = outcome
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,7 +38,9 @@ _ERROR_KINDS = frozenset({"connect", "timeout", "status", "malformed"})
 
 # Not frozen: a frozen dataclass's __init__ sets each field through object.__setattr__,
 # several times the cost of a plain one, and this is built on every request. Written once.
-@dataclass(slots=True)
+# Its own __init__ (init=False): compiled, the one dataclasses generates runs interpreted
+# (tests/test_canonical.py holds it to the fields).
+@dataclass(slots=True, init=False)
 class Attempt:
     """One try of one upstream."""
 
@@ -51,10 +53,18 @@ class Attempt:
     status: int | None = None
     """The upstream's HTTP status (attempts that got one)."""
 
+    def __init__(self, upstream: str, outcome: str, seconds: float | None = None,
+                 status: int | None = None) -> None:
+        self.upstream = upstream
+        self.outcome = outcome
+        self.seconds = seconds
+        self.status = status
+
 
 # Not frozen: a frozen dataclass's __init__ sets each field through object.__setattr__,
 # several times the cost of a plain one, and this is built on every request. Written once.
-@dataclass(slots=True, kw_only=True, eq=False)
+# Its own __init__, as Attempt's.
+@dataclass(slots=True, kw_only=True, eq=False, init=False)
 class Outcome:
     """Written once, when it is built, and only read after (by :func:`record`, the tracer and
     the tests' spies). Compared by identity: one record per request, never a value to match."""
@@ -105,6 +115,46 @@ class Outcome:
     :func:`record`."""
     key: str | None = None
     """The name of the named key (``auth.keys``) the request presented: never the key."""
+
+    def __init__(self, *, request_id: str, route: str, client_dialect: str, status: int,
+                 duration: float, upstream: str = NONE, upstream_dialect: str = NONE,
+                 stream: bool = False, ttft: float | None = None, upstream_wait: float = 0.0,
+                 client_wait: float = 0.0, chunks: int = 0, attempts: tuple[Attempt, ...] = (),
+                 dropped: tuple[str, ...] = (), usage: Usage | None = None,
+                 error: str | None = None, disconnected: bool = False, path: str | None = None,
+                 method: str | None = None, client: str | None = None,
+                 user_agent: str | None = None, request_bytes: int = 0,
+                 response_bytes: int = 0, model: str | None = None,
+                 response_model: str | None = None, finish_reason: str | None = None,
+                 trace: RequestTrace | None = None, key: str | None = None) -> None:
+        self.request_id = request_id
+        self.route = route
+        self.client_dialect = client_dialect
+        self.status = status
+        self.duration = duration
+        self.upstream = upstream
+        self.upstream_dialect = upstream_dialect
+        self.stream = stream
+        self.ttft = ttft
+        self.upstream_wait = upstream_wait
+        self.client_wait = client_wait
+        self.chunks = chunks
+        self.attempts = attempts
+        self.dropped = dropped
+        self.usage = usage
+        self.error = error
+        self.disconnected = disconnected
+        self.path = path
+        self.method = method
+        self.client = client
+        self.user_agent = user_agent
+        self.request_bytes = request_bytes
+        self.response_bytes = response_bytes
+        self.model = model
+        self.response_model = response_model
+        self.finish_reason = finish_reason
+        self.trace = trace
+        self.key = key
 
 
 def outcome_of(entry: RouteEntry, request_id: str, started: float, answerer: Answerer,

@@ -294,14 +294,20 @@ def table_of(dialect: _HasName) -> FieldTable | None:
 # --- what a request holds ------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Use:
     """A field a request holds: its path, and its table entry (``None``: undocumented). (Not
-    frozen: a few are made for every request, and compiled, a frozen dataclass is built through
-    ``object.__setattr__``, many times the cost.)"""
+    frozen, and its own __init__: a few are made for every request, and compiled, a frozen
+    dataclass is built through ``object.__setattr__``, and the __init__ dataclasses generates
+    runs interpreted, each several times the cost. tests/test_canonical.py holds it to its
+    fields.)"""
 
     path: str
     field: Field | None
+
+    def __init__(self, path: str, field: Field | None) -> None:
+        self.path = path
+        self.field = field
 
 
 def _present(value: JSON, f: Field) -> bool:
