@@ -320,7 +320,8 @@ class DialectPair:
     """What a stream from ``upstream`` to ``client`` needs of the two dialects that depends on
     them alone, worked out once per pair (:meth:`of`) rather than once per stream."""
 
-    __slots__ = ("client", "counter_path", "gate", "named", "same", "text_path", "upstream")
+    __slots__ = ("client", "counter_path", "gate", "named", "number_paths", "same", "text_path",
+                 "upstream")
 
     def __init__(self, upstream: Dialect, client: Dialect) -> None:
         self.upstream = upstream
@@ -331,8 +332,9 @@ class DialectPair:
         """The client's dialect cannot carry all that the upstream's may send."""
         self.text_path: TextPath | None = optional(upstream, "text_path")
         self.counter_path: TextPath | None = optional(upstream, "counter_path")
-        """Where the upstream's text frames hold their text, and their number (optional: see
-        :class:`gateway.dialects.base.Dialect`)."""
+        self.number_paths: tuple[TextPath, ...] = optional(upstream, "number_paths") or ()
+        """Where the upstream's text frames hold their text, their number, and numbers that
+        change from frame to frame (optional: see :class:`gateway.dialects.base.Dialect`)."""
 
     @staticmethod
     def of(upstream: Dialect, client: Dialect) -> DialectPair:

@@ -16,10 +16,10 @@ The accelerators, by name (:data:`ACCELERATORS`):
     With ``templates``: the text frames that follow one another in a read are read at once (a
     :class:`TextRun`), passed on as their bytes on an identity route, or written by an encoder
     that takes their texts as they are (``plain_texts``) on another; a whole answer assembled
-    from a stream appends their texts at once. Without a template (an upstream that names no
-    ``text_path``), a translating route still has the texts of the parsed frames that follow
-    one another in a read, each decoded as its text alone and a plain string body (no quote,
-    backslash or control character), written at once by such an encoder.
+    from a stream appends their texts at once. On a translating route, the texts of the other
+    frames that follow one another in a read (parsed, or read by a template that gives no
+    runs), each decoded as its text alone and a plain string body (no quote, backslash or
+    control character), are written at once by such an encoder too.
 
 :func:`stream_translator` and :func:`stream_assembler` build the plain path's objects with the
 accelerators asked for (all of them by default).
@@ -126,7 +126,9 @@ def template_reader(upstream: Dialect, max_size: int, verbatim: bool) -> Sniffin
     if path is None:
         return None
     return SniffingReader(max_size, named=upstream.named_events, text_path=path,
-                          counter_path=optional(upstream, "counter_path"), verbatim=verbatim)
+                          counter_path=optional(upstream, "counter_path"),
+                          number_paths=optional(upstream, "number_paths") or (),
+                          verbatim=verbatim)
 
 
 def _text_alone(event: StreamEvent, text: str) -> bool:
@@ -147,7 +149,7 @@ class TemplateDecoding(StreamDecoding):
     :class:`TextRun`). What a :class:`Slot` means its decoder confirms on the first of a
     template; the others it is not given (``again`` tells a decoder that counts them)."""
 
-    __slots__ = ("_again", "_text_alone", "ran")
+    __slots__ = ("_again", "_again_frame", "_text_alone", "ran")
 
     def __init__(self, upstream: Dialect, max_size: int, scrub: Scrub | None,
                  reader: SniffingReader) -> None:
@@ -160,6 +162,9 @@ class TemplateDecoding(StreamDecoding):
         self._again: Callable[[int], None] | None = optional(self._decoder, "again")
         """A decoder that counts what a text frame gave (optional) is told of each text frame
         read by the template, which it is not given to decode."""
+        self._again_frame: Callable[[Slot], None] | None = optional(self._decoder, "again_frame")
+        """A decoder that keeps numbers its text frames carry (optional) is given the last text
+        frame read by the template, to parse if it needs them."""
 
     @classmethod
     def of(cls, upstream: Dialect, max_size: int, scrub: Scrub | None, *,
@@ -183,6 +188,8 @@ class TemplateDecoding(StreamDecoding):
         self.ran += run.count
         if self._again is not None:
             self._again(run.chars)
+        if self._again_frame is not None:
+            self._again_frame(run.last())
         return True
 
     def decode(self, payload: Any) -> list[StreamEvent]:
@@ -196,6 +203,8 @@ class TemplateDecoding(StreamDecoding):
         if self._text_alone and payload.value is None:
             if self._again is not None:
                 self._again(len(payload.text))
+            if self._again_frame is not None:
+                self._again_frame(payload)
             return [TextDelta(payload.text)]
         events = self._decoded(slot_payload(payload))
         # The decoder read this frame as its text alone: it reads so every frame of the same
@@ -232,7 +241,8 @@ class FastStreamTranslator(StreamTranslator):
         same = pair.same
         path = pair.text_path if "templates" in accelerators else None
         reader = SniffingReader(max_size, named=pair.named, text_path=path,
-                                counter_path=pair.counter_path, verbatim=same)
+                                counter_path=pair.counter_path,
+                                number_paths=pair.number_paths, verbatim=same)
         decoding = StreamDecoding(upstream, max_size, scrub, reader=reader) if path is None \
             else TemplateDecoding(upstream, max_size, scrub, reader)
         self._reader = reader
@@ -256,8 +266,8 @@ class FastStreamTranslator(StreamTranslator):
             self._runs = decoding
             decoding.allow_runs()
         self._batch = "runs" in accelerators and not same and self._plain is not None
-        """A translating route whose parsed text frames' texts are written at once
-        (:meth:`_translate_texts`)."""
+        """A translating route whose encoder takes plain texts: the texts of its text frames in
+        a row are written at once, read as runs or not (:meth:`_translate_texts`)."""
         self.batched = 0
         """Texts of parsed frames written at once so far: what the accelerator spared, for
         tests and profiles."""
@@ -268,9 +278,11 @@ class FastStreamTranslator(StreamTranslator):
         payloads = self._in.payloads(data)
         if isinstance(payloads, StreamError):
             return self._events([payloads])
+        if self._batch:
+            return self._translate_texts(payloads)
         runs = self._runs
         if runs is None and not self._forward:
-            return self._translate_texts(payloads) if self._batch else self._translate(payloads)
+            return self._translate(payloads)
         out: list[bytes] = []
         passed: list[Any] = []
         """Payloads passed on as they came whose frames are not built yet."""
@@ -315,25 +327,40 @@ class FastStreamTranslator(StreamTranslator):
         return 0 if self._runs is None else self._runs.ran
 
     def _translate_texts(self, payloads: list[Any]) -> bytes:
-        """:meth:`StreamTranslator._translate` on a translating route, the texts of the frames
-        in a row that decode to their text alone, each a plain string body (as a
-        :class:`TextRun`'s frames' are), written at once (:meth:`_texts`)."""
+        """A translating route's read (:meth:`feed`'s loop, which reads a run the same way):
+        the texts of the frames in a row that decode to their text alone, each a plain string
+        body (as a :class:`TextRun`'s frames' are), written at once (:meth:`_texts`)."""
         out: list[bytes] = []
         texts: list[TextDelta] = []
         decode = self._in.decode
         plain = _NOT_PLAIN_TEXT.search
-        for payload in payloads:
-            events = decode(payload)
-            if len(events) == 1:
-                e = events[0]
-                if type(e) is TextDelta and e.text and e.agent is None \
-                        and e.message_id is None and plain(e.text) is None:
-                    texts.append(e)
+        runs = self._runs
+        i = 0
+        while i < len(payloads):
+            payload = payloads[i]
+            i += 1
+            if type(payload) is TextRun:
+                assert runs is not None  # (only a decoding asked for runs gives them)
+                if not runs.take_run(payload):
+                    first, rest = payload.split()
+                    payloads[i:i] = (first,) if rest is None else (first, rest)
                     continue
-            if texts:
-                out.append(self._texts(texts))
-                texts = []
-            out.append(self._events(events) if events else b"")
+                if texts:
+                    out.append(self._texts(texts))
+                    texts = []
+                out.append(self._run(payload))
+            else:
+                events = decode(payload)
+                if len(events) == 1:
+                    e = events[0]
+                    if type(e) is TextDelta and e.text and e.agent is None \
+                            and e.message_id is None and plain(e.text) is None:
+                        texts.append(e)
+                        continue
+                if texts:
+                    out.append(self._texts(texts))
+                    texts = []
+                out.append(self._events(events) if events else b"")
             if self.done:
                 break
         if texts:

@@ -244,6 +244,71 @@ def test_a_numbered_frame_read_by_its_template_is_what_parsing_it_gives(
                      lambda v: (v["delta"], v["seq"]))
 
 
+USAGE: tuple[TextPath, ...] = (("usage", "prompt"), ("usage", "output"), ("usage", "total"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(extra=st.dictionaries(JSON_TEXT, VALUES, max_size=3), first=JSON_TEXT.filter(bool),
+       counts=st.lists(st.tuples(JSON_TEXT, st.integers(0, 2**40), st.integers(-3, 2**40)),
+                       max_size=6),
+       cuts=st.lists(st.tuples(st.integers(0, 300), st.binary(max_size=3)), max_size=3))
+def test_a_frame_with_number_slots_read_by_its_template_is_what_parsing_it_gives(
+        extra: dict[str, Any], first: str, counts: list[tuple[str, int, int]],
+        cuts: list[tuple[int, bytes]]) -> None:
+    """Numbers that change from frame to frame, any of them (a negative one is no number a slot
+    holds: parsed), each frame read as parsing it gives."""
+    def make(text: str, output: int, total: int) -> bytes:
+        return orjson.dumps({"choices": [{"delta": {"content": text}}], **extra,
+                             "usage": {"prompt": 7, "output": output, "total": total}})
+
+    frames = [make(first, 1, 8), *(make(t, o, n) for t, o, n in counts)]
+    _reads_as_parsed(TemplateReader(PATH, None, USAGE), frames, cuts,
+                     lambda v: (v["choices"][0]["delta"]["content"], None))
+
+
+def test_frames_with_other_numbers_in_their_slots_are_read_by_the_template() -> None:
+    def make(text: str, output: int, total: int, model: str = "m") -> bytes:
+        return orjson.dumps({"choices": [{"delta": {"content": text}, "index": 0}],
+                             "usage": {"prompt": 7, "output": output, "total": total},
+                             "model": model})
+
+    reader = TemplateReader(PATH, None, USAGE)
+    frames = [make("a", 1, 8), make("b", 2, 9), make("c", 120, 127), make("d", 0, 7)]
+    out = read_all(reader, frames)
+    assert all(isinstance(o, Slot) for o in out) and [o.text for o in out] == list("abcd")
+    assert [o.parsed() for o in out] == [orjson.loads(f) for f in frames]
+    # another model, a number spelled otherwise (a leading zero, a fraction), or one left out:
+    # parsed (or learned from, a template of their own)
+    others = [make("e", 3, 10, "n"), make("f", 3, 10).replace(b'"output":3', b'"output":03'),
+              make("g", 3, 10).replace(b'"output":3', b'"output":3.0'),
+              make("h", 3, 10).replace(b'"output":3,', b'')]
+    for raw in others:
+        try:
+            expected = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            with pytest.raises(orjson.JSONDecodeError):
+                reader.read(raw, "message")
+            continue
+        assert as_parsed(reader.read(raw, "message")) == expected
+
+
+def test_number_slots_are_found_only_after_the_text_and_checked() -> None:
+    """A number at a path before the text, or whose digits cannot be told from another's in
+    the frame's value, gives no template (the stream's frames are parsed); a path the frame
+    does not hold is no slot."""
+    before = orjson.dumps({"usage": {"prompt": 7, "output": 1, "total": 8},
+                           "choices": [{"delta": {"content": "a"}}]})
+    assert learn(before, orjson.loads(before), PATH, "a", "message", None, USAGE) is None
+    after = orjson.dumps({"choices": [{"delta": {"content": "a"}}], "usage": {"output": 1}})
+    template = learn(after, orjson.loads(after), PATH, "a", "message", None, USAGE)
+    assert template is not None
+    assert template.match(after.replace(b'"a"', b'"bc"').replace(b":1}", b":42}")) == "bc"
+    assert learn(after, orjson.loads(after), PATH, "a", "message", None,
+                 (("usage", "output"), ("usage", "missing"))) is not None
+    strange = orjson.dumps({"choices": [{"delta": {"content": "a"}}], "usage": {"output": "1"}})
+    assert learn(strange, orjson.loads(strange), PATH, "a", "message", None, USAGE) is None
+
+
 # --- streams: the same events, the same bytes, with the template as without -------------------
 
 

@@ -373,6 +373,12 @@ class Dialect(Protocol):
     # routes) then gets such a chunk as the ``Slot`` it is (the payload it followed last, but
     # for its text and number), and a run of them as the ``TextRun`` it is (its ``text()`` and
     # the ``counter`` of its last chunk).
+    # Optional with ``text_path`` (not with ``counter_path``): ``number_paths: tuple[TextPath,
+    # ...]``, where text chunks may hold numbers that change from chunk to chunk, any of them
+    # (Gemini's running usage counts): the promise above then holds for a chunk that also
+    # carries other numbers there, but for what the decoder keeps of them. A decoder that keeps
+    # them defines ``again_frame(frame)``: it is given each chunk (or the last of a run) read by
+    # the template, a ``Slot`` whose ``parsed()`` value holds them.
 
     # Optional: ``stream_headers: tuple[tuple[str, str], ...]``, headers every stream to this
     # dialect's clients carries beside its Content-Type (the AI SDK's

@@ -90,7 +90,7 @@ from gateway.dialects.base import (
     split_known,
 )
 from gateway.errors import DialectError
-from gateway.framing import Framing, Payload, RawData
+from gateway.framing import Framing, Payload, RawData, Slot, TextPath
 
 __all__ = ["GeminiDialect"]
 
@@ -866,10 +866,14 @@ class GeminiDialect(SamplesFromPackage):
     stream_content_type = "text/event-stream"
     stream_accept = SSE_ACCEPT
     cumulative_stream = False
-    # No template for text chunks: Google's API writes usageMetadata on every chunk, its
-    # candidatesTokenCount and totalTokenCount growing with the text, so no two text chunks
-    # of a real stream are the same but for their text.
-    text_path = None
+    # A text chunk's text, and its running counts: Google's API writes usageMetadata on every
+    # chunk, candidatesTokenCount and totalTokenCount growing with the text, so a template holds
+    # a slot for each count (the decoder keeps the last chunk's, read at the finish).
+    text_path: TextPath | None = ("candidates", 0, "content", "parts", 0, "text")
+    number_paths: tuple[TextPath, ...] = tuple(
+        ("usageMetadata", key) for key in (
+            "promptTokenCount", "candidatesTokenCount", "totalTokenCount", "thoughtsTokenCount",
+            "cachedContentTokenCount", "toolUsePromptTokenCount"))
     stream_path: str | None = None
     stream_by_accept = False
     default_path = "/v1beta"
@@ -1147,7 +1151,7 @@ class _Decoder:
     function call comes whole. The event that carries ``finishReason`` (or a blocked prompt)
     finishes the stream."""
 
-    __slots__ = ("_calls", "_counts", "_finished", "_id", "_started", "_usage")
+    __slots__ = ("_calls", "_counts", "_finished", "_id", "_pending", "_started", "_usage")
 
     def __init__(self) -> None:
         self._id: str | None = None
@@ -1158,8 +1162,25 @@ class _Decoder:
         self._counts: dict[str, JSON] | None = None
         """The last ``usageMetadata`` that counts anything, not yet read into :attr:`_usage`:
         every event carries the counts so far, and only the finish gives them on."""
+        self._pending: Slot | None = None
+        """The last text event read by its template (:meth:`again_frame`) since an event that
+        counted anything was decoded: its counts, read only if the finish needs them, are the
+        last ones."""
+
+    def again_frame(self, frame: Slot) -> None:
+        """:class:`gateway.dialects.base.Dialect` ``number_paths``: a text event read by its
+        template, whose counts (in the slots of the numbers) are the last so far; parsed only
+        when the finish comes."""
+        self._pending = frame
 
     def _usage_so_far(self) -> Usage | None:
+        pending = self._pending
+        if pending is not None:  # (its counts read as _decode reads them)
+            self._pending = None
+            usage = _usage_in(_sub(_obj(pending.parsed(), ""), "usageMetadata"))
+            if usage is not None:
+                self._counts = None
+                self._usage = usage
         counts = self._counts
         if counts is not None:
             self._counts = None
@@ -1205,6 +1226,7 @@ class _Decoder:
                             and type(get("promptTokenCount")) is int \
                             and "totalTokenCount" in counts:
                         self._counts = counts
+                        self._pending = None
                     else:
                         counts = _obj(counts, "usageMetadata")
                         get = counts.get
@@ -1213,6 +1235,7 @@ class _Decoder:
                                 or type(get("promptTokenCount")) is int \
                                 or type(get("thoughtsTokenCount")) is int:
                             self._counts = counts
+                            self._pending = None
                 if finish:
                     self._finish(candidate, plain)
                 return plain
@@ -1235,7 +1258,7 @@ class _Decoder:
                                       model=_str(obj.get("modelVersion"))))
         usage = _usage_in(_sub(obj, "usageMetadata"))
         if usage is not None:
-            self._counts = None
+            self._counts = self._pending = None
             self._usage = usage
         candidate = _candidate(obj)
         if candidate is None:

@@ -25,6 +25,15 @@ as JSON spells an integer (the digits alone, as a compact writer puts them); any
 parsed, and a parsed frame's counter sets the one expected next. An integer token ends at its
 first non-digit, so, as for the text, the tokens around it are the learned frame's own.
 
+A stream may also carry numbers that change from frame to frame, any of them (Gemini's running
+usage counts): the caller gives their paths, and the template holds a slot for each one found
+after the text, which any integer spelled as JSON spells it (``0`` or digits without a leading
+zero) fills. A frame of such a template is, in order, the prefix, the text's plain string body,
+each literal piece followed by a number, and the last piece; it holds those numbers at those
+paths and is the learned frame's value otherwise, for the reasons above. Its caller reads the
+numbers, when it needs them, by parsing it (:meth:`Slot.parsed`). Its frames are read one by
+one (no runs).
+
 What a :class:`Slot` means (a text-only event) is not this module's to say: the stream's decoder
 confirms it (``gateway.pipeline_fast.TemplateDecoding``).
 
@@ -136,6 +145,10 @@ class TextRun:
         """What reading the frames one by one would have given."""
         return [self._slot(k) for k in range(self.count)]
 
+    def last(self) -> Slot:
+        """Its last frame, as reading it alone gives it."""
+        return self._slot(self.count - 1)
+
     def split(self) -> tuple[Slot, TextRun | None]:
         """Its first frame, as reading it alone gives it, and the run of the others (``None``:
         it has no other)."""
@@ -175,11 +188,15 @@ class FrameTemplate:
     """The bytes around the text of one frame, and around its counter when it has one (see the
     module's docstring)."""
 
-    __slots__ = ("_after", "_before", "_counted_first", "_framed", "_least", "_prefix",
-                 "_suffix", "count", "counter", "event")
+    __slots__ = ("_after", "_before", "_counted_first", "_framed", "_least", "_pieces",
+                 "_prefix", "_suffix", "count", "counter", "event")
 
     def __init__(self, prefix: bytes, suffix: bytes, event: str,
-                 counter: tuple[bytes, bytes, bool, int] | None = None) -> None:
+                 counter: tuple[bytes, bytes, bool, int] | None = None,
+                 pieces: list[bytes] | None = None) -> None:
+        self._pieces = pieces
+        """With number slots, the bytes after the text around them (one more than there are
+        slots): the first starts with the text's closing quote."""
         self._prefix = prefix
         self._suffix = suffix
         self.event = event
@@ -213,6 +230,8 @@ class FrameTemplate:
     def match(self, raw: bytes) -> str | None:
         """The text of ``raw`` when it is the template's frame with another plain string (and,
         when it has one, the next counter: :attr:`count` is then that frame's)."""
+        if self._pieces is not None:
+            return self._numbers_match(raw)
         if len(raw) <= self._least or not raw.startswith(self._prefix) \
                 or not raw.endswith(self._suffix):
             return None
@@ -227,14 +246,50 @@ class FrameTemplate:
             self.counted(self.count + 1)
         return text
 
+    def _numbers_match(self, raw: bytes) -> str | None:
+        """:meth:`match` for a template with number slots: the prefix, a plain string body (up
+        to the first quote), then each piece followed by a number spelled as JSON spells a
+        non-negative integer, and the last piece, which ends the frame. (Compared by slices and
+        byte values, which compile to plain operations, rather than by method calls.)"""
+        pieces = self._pieces
+        assert pieces is not None
+        prefix = self._prefix
+        size = len(raw)
+        start = len(prefix)
+        if size <= start + 1 or raw[:start] != prefix:
+            return None
+        at = raw.find(b'"', start)
+        if at <= start:
+            return None
+        body = raw[start:at]
+        last = len(pieces) - 1
+        for k in range(last):
+            piece = pieces[k]
+            end = at + len(piece)
+            if raw[at:end] != piece:
+                return None
+            at = end
+            while at < size and 48 <= raw[at] <= 57:  # (the ASCII digits)
+                at += 1
+            if at == end or (raw[end] == 48 and at - end > 1):
+                return None
+        if raw[at:] != pieces[last]:
+            return None
+        if _NOT_PLAIN.search(body) is not None:
+            return None
+        try:
+            return body.decode()
+        except UnicodeDecodeError:
+            return None
+
     def run(self, data: bytes, start: int, head: bytes, tail: bytes,
             limit: int) -> TextRun | None:
         """The frames of this template (each ``head`` + the frame + ``tail``: its framing) that
         follow one another from ``start``, a frame's start, in ``data``, read at once: ``None``
         unless there are at least two of them and none is longer than ``limit`` (see the
         module's docstring for why the counting below is exact)."""
-        if self.counter and self._counted_first:
-            return None  # (a counter before the text: read frame by frame)
+        if (self.counter and self._counted_first) or self._pieces is not None:
+            return None  # (a counter before the text, or numbers: read frame by frame)
         framed = self._framed
         if framed is None or framed.head != head or framed.tail != tail:
             framed = self._framed = (
@@ -352,17 +407,20 @@ def _counter_spots(raw: bytes, digits: bytes, skip: tuple[int, int]) -> list[int
 
 
 def learn(raw: bytes, value: Any, path: TextPath, text: str, event: str,
-          counter_path: TextPath | None = None) -> FrameTemplate | None:
+          counter_path: TextPath | None = None,
+          number_paths: tuple[TextPath, ...] = ()) -> FrameTemplate | None:
     """The template of ``raw`` (whose parsed value is ``value``, with the non-empty ``text`` at
-    ``path``, and a counter at ``counter_path`` when one is given) around that string (and that
-    counter), or ``None`` when it is not one to read from the bytes (see the module's
-    docstring)."""
+    ``path``, and a counter at ``counter_path`` when one is given, or numbers that may change at
+    ``number_paths``) around that string (and that counter, or those numbers), or ``None`` when
+    it is not one to read from the bytes (see the module's docstring)."""
     literal = orjson.dumps(text)  # the string as a compact JSON writer spells it
     at = raw.find(literal)
     if at < 0 or raw.find(literal, at + 1) >= 0:
         return None
     prefix, suffix = raw[:at + 1], raw[at + len(literal) - 1:]
     probe = "z" if text == "q" else "q"  # not a JSON literal's first letter (true, false, null)
+    if number_paths and counter_path is None:
+        return _numbered(value, prefix, suffix, event, (path, text, probe), number_paths)
     if counter_path is None:
         return FrameTemplate(prefix, suffix, event) if _same_but(
             value, prefix + probe.encode() + suffix, ((path, text, probe),)) else None
@@ -385,6 +443,44 @@ def learn(raw: bytes, value: Any, path: TextPath, text: str, event: str,
                 around = (raw[at + len(literal) - 1:spot], raw[end:], False, count)
             return FrameTemplate(prefix, suffix, event, around)
     return None
+
+
+def _numbered(value: Any, prefix: bytes, suffix: bytes, event: str,
+              text: tuple[TextPath, Any, Any], number_paths: tuple[TextPath, ...],
+              ) -> FrameTemplate | None:
+    """:func:`learn`'s template with a slot for each number at ``number_paths`` the frame holds
+    (a path it does not hold is no slot), each found after the text: the first place of its
+    digits in ``suffix``, as a whole number token, that no other slot took, where the frame with
+    another number in each slot (and another text) changes the value at those paths and nothing
+    else (one parse: a wrong place found is no template, and the stream tries its next text
+    frame). ``text``: the text's path, the text and the string probed in its place."""
+    holes: list[tuple[int, int, bytes]] = []
+    changes = [text]
+    for number_path in number_paths:
+        n = _at(value, number_path)
+        if n is None:
+            continue
+        if type(n) is not int or n < 0:
+            return None
+        digits = str(n).encode()
+        for spot in _counter_spots(suffix, digits, (0, 0)):
+            end = spot + len(digits)
+            if not any(spot < e and s < end for s, e, _ in holes):
+                holes.append((spot, end, str(n + 1).encode()))
+                changes.append((number_path, n, n + 1))
+                break
+        else:
+            return None
+    probed, pieces, at = [prefix, text[2].encode()], [], 0
+    for start, end, other in sorted(holes):
+        probed += [suffix[at:start], other]
+        pieces.append(suffix[at:start])
+        at = end
+    probed.append(suffix[at:])
+    pieces.append(suffix[at:])
+    if not _same_but(value, b"".join(probed), tuple(changes)):
+        return None
+    return FrameTemplate(prefix, suffix, event, None, pieces if holes else None)
 
 
 def _same_but(value: Any, probed: bytes, changes: tuple[tuple[TextPath, Any, Any], ...]) -> bool:
@@ -421,12 +517,15 @@ class TemplateReader:
     the stream's template matches, else the parsed value, learning a template from it while
     tries are left (raises :class:`orjson.JSONDecodeError` as ``orjson.loads`` does)."""
 
-    __slots__ = ("_counter_path", "_path", "_tries", "runs", "template")
+    __slots__ = ("_counter_path", "_number_paths", "_path", "_tries", "runs", "template")
 
-    def __init__(self, path: TextPath, counter_path: TextPath | None = None) -> None:
+    def __init__(self, path: TextPath, counter_path: TextPath | None = None,
+                 number_paths: tuple[TextPath, ...] = ()) -> None:
         self._path = path
         self._counter_path = counter_path
         """Where a frame holds its counter, when the stream numbers its frames."""
+        self._number_paths = number_paths
+        """Where a frame may hold numbers that change from frame to frame."""
         self._tries = _LEARN_TRIES
         self.template: FrameTemplate | None = None
         self.runs = False
@@ -452,7 +551,8 @@ class TemplateReader:
             found = _at(value, self._path)
             if isinstance(found, str) and found:
                 self._tries -= 1
-                learned = learn(raw, value, self._path, found, event, self._counter_path)
+                learned = learn(raw, value, self._path, found, event, self._counter_path,
+                                self._number_paths)
                 if learned is not None:
                     self.template = learned
                     return Slot(found, raw, event, value,
