@@ -225,6 +225,18 @@ class TemplateDecoding(StreamDecoding):
         return events
 
 
+def _taken(runs: TemplateDecoding, run: TextRun, payloads: list[Any], at: int) -> bool:
+    """Whether ``runs`` takes ``run`` (a read's payload, the next ones from ``at``). One it does
+    not take is read as it would have been: its first frame alone, then the others offered
+    again as a run (both put back at ``at``); a run is taken once a frame was read as text
+    alone (a message's first text, named by its id, is not)."""
+    if runs.take_run(run):
+        return True
+    first, rest = run.split()
+    payloads[at:at] = (first,) if rest is None else (first, rest)
+    return False
+
+
 class FastStreamTranslator(StreamTranslator):
     """:class:`StreamTranslator` with accelerators (see the module's docstring): the same bytes,
     the same state after each read. A run its decoding does not take is read frame by frame,
@@ -293,12 +305,7 @@ class FastStreamTranslator(StreamTranslator):
             frame: bytes | None
             if type(payload) is TextRun:
                 assert runs is not None  # (only a decoding asked for runs gives them)
-                if not runs.take_run(payload):
-                    # Its first frame read alone, as it would have been, and the others
-                    # offered again as a run: taken once a frame was read as text alone (a
-                    # message's first text, named by its id, is not)
-                    first, rest = payload.split()
-                    payloads[i:i] = (first,) if rest is None else (first, rest)
+                if not _taken(runs, payload, payloads, i):
                     continue
                 if self._identity:
                     self._ran(payload)
@@ -341,9 +348,7 @@ class FastStreamTranslator(StreamTranslator):
             i += 1
             if type(payload) is TextRun:
                 assert runs is not None  # (only a decoding asked for runs gives them)
-                if not runs.take_run(payload):
-                    first, rest = payload.split()
-                    payloads[i:i] = (first,) if rest is None else (first, rest)
+                if not _taken(runs, payload, payloads, i):
                     continue
                 if texts:
                     out.append(self._texts(texts))
