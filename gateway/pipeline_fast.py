@@ -281,8 +281,8 @@ class FastStreamTranslator(StreamTranslator):
         """A translating route whose encoder takes plain texts: the texts of its text frames in
         a row are written at once, read as runs or not (:meth:`_translate_texts`)."""
         self.batched = 0
-        """Texts of parsed frames written at once so far: what the accelerator spared, for
-        tests and profiles."""
+        """Texts of frames read one by one (parsed, or by a template) written at once so far:
+        what the accelerator spared, for tests and profiles."""
 
     def feed(self, data: bytes) -> bytes:
         if self.done:
@@ -378,23 +378,20 @@ class FastStreamTranslator(StreamTranslator):
         deltas. An encoder that does not take them yet (the first text opens a message) is
         given the first as :meth:`_events` gives it, then the others (as a run not taken is
         split)."""
-        plain = self._plain
-        if plain is None or len(deltas) < 2 or self.done or self._replay:
+        if self._plain is None or len(deltas) < 2:
             return self._events([*deltas])
         texts = [d.text.encode() for d in deltas]
         out = b""
-        payloads = plain(texts) if self._started else None
-        if payloads is None:
+        written = self._plain_written(texts, sum([len(d.text) for d in deltas]))
+        if written is None:
             out = self._events([deltas[0]])
             deltas, texts = deltas[1:], texts[1:]
-            payloads = None if len(deltas) < 2 or self.done or self._replay else plain(texts)
-            if payloads is None:
+            written = None if len(deltas) < 2 else self._plain_written(
+                texts, sum([len(d.text) for d in deltas]))
+            if written is None:
                 return out + self._events([*deltas])
-        self.text_chars += sum([len(d.text) for d in deltas])
-        self.content_started = True
-        self.chunks += len(payloads)
         self.batched += len(deltas)
-        return out + self._frames(payloads)
+        return out + written
 
     def _writes_as_it_came(self, payload: Any) -> bool:
         if type(payload) is Slot:  # (its template's bytes hold no line end: a CR, at most)
@@ -441,15 +438,25 @@ class FastStreamTranslator(StreamTranslator):
         dialect's promise), written by an encoder that takes its texts as they are
         (``plain_texts``) when it can, counted as :meth:`_events` counts their TextDeltas
         (which every gate lets through)."""
+        written = self._plain_written(run.texts(), run.chars)
+        return self._events([TextDelta(t.decode()) for t in run.texts()]) if written is None \
+            else written
+
+    def _plain_written(self, texts: list[bytes], chars: int) -> bytes | None:
+        """``texts`` (plain string bodies, ``chars`` characters in all) written by an encoder
+        that takes them as they are, and counted as :meth:`_events` counts their TextDeltas
+        (which every gate lets through); ``None``, nothing changed, when it does not take them
+        now."""
         plain = self._plain
-        if plain is not None and self._started and not self.done and not self._replay:
-            payloads = plain(run.texts())
-            if payloads is not None:
-                self.text_chars += run.chars
-                self.content_started = True
-                self.chunks += len(payloads)
-                return self._frames(payloads)
-        return self._events([TextDelta(t.decode()) for t in run.texts()])
+        if plain is None or not self._started or self.done or self._replay:
+            return None
+        payloads = plain(texts)
+        if payloads is None:
+            return None
+        self.text_chars += chars
+        self.content_started = True
+        self.chunks += len(payloads)
+        return self._frames(payloads)
 
 
 class FastStreamAssembler(StreamAssembler):
