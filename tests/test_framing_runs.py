@@ -142,14 +142,20 @@ def test_plain_frames_after_the_learned_one_are_one_run(kind: str) -> None:
 
 @pytest.mark.parametrize("bad", ['a "quote"', "back\\slash", "tab\t", "", "\x7f ok"])
 def test_a_frame_that_needs_unescaping_or_is_empty_is_no_part_of_a_run(bad: str) -> None:
+    """The run ends before such a frame (read one by one, as are those after it); one that
+    would start with it is none."""
     reader = learned({})
     texts = ["a", "b", bad, "c"]
     data = b"".join(frame(t, {}) + b"\n" for t in texts)
     run = reader.run(data, 0, b"", b"\n", 1 << 20)
+    assert run is not None
     if bad == "\x7f ok":  # a plain string after all (DEL is no control character to JSON)
-        assert run is not None and run.count == 4
+        assert run.count == 4
     else:
-        assert run is None
+        two = len(frame("a", {}) + frame("b", {})) + 2
+        assert (run.count, run.text(), run.end) == (2, "ab", two)
+        assert data[run.end:].startswith(frame(bad, {}))
+        assert reader.run(data, len(frame("a", {})) + 1, b"", b"\n", 1 << 20) is None
 
 
 def test_no_run_past_the_size_limit_nor_of_one_frame_nor_across_a_line_cut() -> None:
@@ -233,6 +239,74 @@ def test_a_numbered_run_is_what_reading_its_frames_one_by_one_gives(
         assert slot.raw == numbered(slot.text, slot.counter)  # a plain string, as written
     assert at == run.end and run.chars == sum(len(s.text) for s in slots)
     rests_hold(run, head, tail)
+
+
+USAGE: tuple[TextPath, ...] = (("usage", "prompt"), ("usage", "output"), ("usage", "total"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(kind=st.sampled_from(sorted(FRAMINGS)),
+       steps=st.lists(st.tuples(TEXT, st.integers(0, 2**40), st.sampled_from(["", "0", "01"])),
+                      min_size=1, max_size=8),
+       cuts=st.lists(st.tuples(st.integers(0, 600), st.binary(max_size=3)), max_size=3))
+def test_a_run_with_number_slots_is_what_reading_its_frames_one_by_one_gives(
+        kind: str, steps: list[tuple[str, int, str]], cuts: list[tuple[int, bytes]]) -> None:
+    """Frames whose numbers change from frame to frame (any of them, some spelled as no JSON
+    writer spells them), with stray bytes anywhere: a run found is the frames that reading them
+    one by one reads, each frame's bytes given back as they came."""
+    head, tail = FRAMINGS[kind]
+
+    def make(text: str, output: int, spelled: str = "") -> bytes:
+        raw = orjson.dumps({"choices": [{"delta": {"content": text}, "index": 0}],
+                            "usage": {"prompt": 7, "output": output, "total": output + 7},
+                            "model": "m"})
+        return raw.replace(b'"output":', b'"output":' + spelled.encode(), 1)
+
+    reader = TemplateReader(PATH, None, USAGE)
+    assert isinstance(reader.read(make("first", 1), "message"), Slot)
+    reader.runs = True
+    data = b"".join(head + make(t, n, s) + tail for t, n, s in steps)
+    for at, junk in cuts:
+        data = data[:at] + junk + data[at + len(junk):]
+    run = reader.run(data, 0, head, tail, 1 << 20)
+    if run is None:
+        return
+    expected = one_by_one(reader, data, run.start, run.end, head, tail)
+    assert expected is not None, (data, run)
+    assert run.count == len(expected) >= 2 and run.counter is None
+    assert [t.decode() for t in run.texts()] == expected
+    assert run.chars == sum(map(len, expected))
+    at = run.start
+    for slot in run.slots():
+        frame = head + slot.raw + tail
+        assert data.startswith(frame, at) and slot.value is None
+        assert orjson.loads(slot.raw)["choices"][0]["delta"]["content"] == slot.text
+        at += len(frame)
+    assert at == run.end
+    rests_hold(run, head, tail)
+
+
+def test_frames_with_number_slots_in_a_row_are_one_run() -> None:
+    def make(text: str, output: int) -> bytes:
+        return orjson.dumps({"choices": [{"delta": {"content": text}}],
+                             "usage": {"output": output, "total": output + 7}})
+
+    reader = TemplateReader(PATH, None, USAGE)
+    assert isinstance(reader.read(make("a", 1), "message"), Slot)
+    reader.runs = True
+    frames = [b"data: " + make(t, n) + b"\n\n" for n, t in enumerate("bcde", 2)]
+    run = reader.run(b"".join(frames), 0, b"data: ", b"\n\n", 1 << 20)
+    assert run is not None and run.text() == "bcde" and run.end == len(b"".join(frames))
+    assert [b"data: " + s.raw + b"\n\n" for s in run.slots()] == frames
+    assert run.last().parsed() == orjson.loads(make("e", 5))
+    # a number left out, or spelled with a leading zero, or an empty text (a finish): the run
+    # ends before that frame
+    for bad in (make("f", 6).replace(b'"output":6,', b""), make("f", 6).replace(b":6,", b":06,"),
+                make("", 6)):
+        data = b"".join(frames) + b"data: " + bad + b"\n\n"
+        run = reader.run(data, 0, b"data: ", b"\n\n", 1 << 20)
+        assert run is not None and run.text() == "bcde" and run.end == len(b"".join(frames))
+        assert data[run.end:].startswith(b"data: " + bad)
 
 
 # --- the framing readers: the same frames with runs as without ---------------------------------

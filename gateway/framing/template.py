@@ -31,8 +31,7 @@ after the text, which any integer spelled as JSON spells it (``0`` or digits wit
 zero) fills. A frame of such a template is, in order, the prefix, the text's plain string body,
 each literal piece followed by a number, and the last piece; it holds those numbers at those
 paths and is the learned frame's value otherwise, for the reasons above. Its caller reads the
-numbers, when it needs them, by parsing it (:meth:`Slot.parsed`). Its frames are read one by
-one (no runs).
+numbers, when it needs them, by parsing it (:meth:`Slot.parsed`).
 
 What a :class:`Slot` means (a text-only event) is not this module's to say: the stream's decoder
 confirms it (``gateway.pipeline_fast.TemplateDecoding``).
@@ -44,16 +43,23 @@ that follow a :class:`Slot` in the same read are read at once, as a :class:`Text
 (:meth:`FrameTemplate.run`). With ``H`` the framing's head and the template's prefix, ``T`` its
 suffix and the framing's tail, and ``B = T + H`` (the bytes between two frames), the bytes from a
 frame's start to a frame's end are ``n`` frames of the template exactly when they are ``H``, then
-``n`` texts joined by ``B``, then ``T``, and each text is a plain string body (as above): cut at
-each ``B`` (one call over the bytes), the pieces are those texts, and the texts, joined, are
+``n`` texts joined by ``B``, then ``T``, and each text is a plain string body (as above). The
+frames are cut at the framing's own bytes between them (a line end, a blank line and ``data:``:
+short, so found fast), each one's text is what lies between the prefix and the suffix, and one
+comparison of the texts joined by ``B`` with the bytes proves the cut; the texts, joined, are
 checked for quotes, backslashes and control characters at once (one search over the text alone,
 not over the frames) and decoded at once, which proves them UTF-8 and counts their characters.
-Whatever the cut found, the bytes are the pieces joined by ``B``: a run is never wrong, at worst
-not found (the frames are then read one by one). A template that numbers its frames after their
-text (a counter slot in its suffix: ``before``, the number, the frame's end) is cut at each
-``before`` instead: each piece must be the next number, spelled as JSON spells it, ``B`` and the
-next text; the last one, the last number alone. Frames numbered before their text are read one by
-one.
+Whatever the cut found, the bytes are the texts joined by ``B``: a run is never wrong, at worst
+shorter or not found (its frames are then read one by one): it is the frames from the first on
+up to the first that does not fit (no prefix or suffix, an empty text, or one no plain string
+body). A template with number slots has its last piece as its suffix: each frame's bytes between
+the prefix and that piece must be a plain text, then each other piece followed by a number
+spelled as JSON spells one, to their end (as a frame read alone is matched); what follows each
+text is kept, to give each frame's bytes. A template that numbers its frames after their text (a
+counter slot in its suffix: ``before``, the number, the frame's end) is cut at each ``before``
+instead: each piece must be the next number, spelled as JSON spells it, ``B`` and the next text;
+the last one, the last number alone (such a run is all the frames cut, or none). Frames numbered
+before their text are read one by one.
 """
 
 from __future__ import annotations
@@ -117,11 +123,11 @@ class TextRun:
     of text (:attr:`chars`) they hold and, when the template numbers its frames, the number of
     the last one (:attr:`counter`)."""
 
-    __slots__ = ("_framed", "_texts", "chars", "count", "counter", "data", "end", "event",
-                 "start")
+    __slots__ = ("_framed", "_numbers", "_texts", "chars", "count", "counter", "data", "end",
+                 "event", "start")
 
     def __init__(self, data: bytes, start: int, end: int, count: int, chars: int, event: str,
-                 framed: _Framed, texts: list[bytes]) -> None:
+                 framed: _Framed, texts: list[bytes], numbers: list[bytes] | None = None) -> None:
         self.data = data
         self.start = start
         self.end = end
@@ -130,6 +136,8 @@ class TextRun:
         self.event = event
         self._framed = framed
         self._texts = texts
+        self._numbers = numbers
+        """With number slots, each frame's bytes between its text and its last piece."""
         self.counter: int | None = None
         """The last frame's number, when the template numbers its frames."""
 
@@ -157,6 +165,9 @@ class TextRun:
     def _slot(self, k: int) -> Slot:
         """Its ``k``-th frame, as reading it alone gives it."""
         framed, text = self._framed, self._texts[k]
+        if self._numbers is not None:
+            return Slot(text.decode(), b"".join((framed.prefix, text, self._numbers[k],
+                                                 framed.suffix)), self.event)
         if self.counter is None:
             return Slot(text.decode(), framed.prefix + text + framed.suffix, self.event)
         number = self.counter - self.count + 1 + k
@@ -175,8 +186,12 @@ class TextRun:
         if self.counter is not None:
             first = self.counter - self.count + 1
             start += sum(len(str(first + j)) for j in range(k))
+        numbers = self._numbers
+        if numbers is not None:
+            start += sum(map(len, numbers[:k]))
         run = TextRun(self.data, start, self.end, self.count - k,
-                      self.chars - len(b"".join(skipped).decode()), self.event, framed, texts[k:])
+                      self.chars - len(b"".join(skipped).decode()), self.event, framed, texts[k:],
+                      None if numbers is None else numbers[k:])
         run.counter = self.counter
         return run
 
@@ -288,13 +303,15 @@ class FrameTemplate:
         follow one another from ``start``, a frame's start, in ``data``, read at once: ``None``
         unless there are at least two of them and none is longer than ``limit`` (see the
         module's docstring for why the counting below is exact)."""
-        if (self.counter and self._counted_first) or self._pieces is not None:
-            return None  # (a counter before the text, or numbers: read frame by frame)
+        if self.counter and self._counted_first:
+            return None  # (a counter before the text: read frame by frame)
+        pieces = self._pieces
         framed = self._framed
         if framed is None or framed.head != head or framed.tail != tail:
             framed = self._framed = (
                 _Framed(self._prefix, self._after, head, tail, self._before) if self.counter
-                else _Framed(self._prefix, self._suffix, head, tail))
+                else _Framed(self._prefix, pieces[-1], head, tail, b"", pieces[:-1])
+                if pieces is not None else _Framed(self._prefix, self._suffix, head, tail))
         first, last = framed.first, framed.last
         if not framed.plain or not data.startswith(first, start):
             return None
@@ -308,8 +325,22 @@ class FrameTemplate:
         if end - start > limit:
             return None
         body = data[start + len(first):end - len(last)]
+        # Without a counter, the run is the frames that fit from the first on (the frames of a
+        # read that follow it, a text that needs unescaping or a finish of the same bytes around
+        # an empty text, are read one by one). The frames are cut at the framing's tail and head
+        # (short: a long separator is searched for slowly), and proved by one comparison.
+        numbers: list[bytes] | None = None
+        whole = True
         if not framed.before:
-            texts = body.split(between)
+            frames = data[start + len(head):end - len(tail)].split(framed.cut)
+            texts, whole = _insides(frames, framed, body)
+            if pieces is not None:
+                fitting = len(texts)
+                texts, numbers = _numbered_texts(texts, framed.numbers)
+                whole = whole and len(texts) == fitting
+            elif b"" in texts:
+                texts = texts[:texts.index(b"")]
+                whole = False
         else:
             # A numbered run: cut at each ``before``, each piece is the frame's number (the one
             # after the last's, spelled as JSON spells it), the bytes between two frames and the
@@ -332,38 +363,113 @@ class FrameTemplate:
                 if not piece.startswith(spelled):
                     return None
                 texts.append(piece[len(spelled):])
-        n = len(texts)
-        if n < 2 or b"" in texts:
+        if len(texts) < 2 or (framed.before and b"" in texts):
             return None
         joined = b"".join(texts)
-        if _NOT_PLAIN.search(joined) is not None:
-            return None
+        bad = _NOT_PLAIN.search(joined)
+        if bad is not None:
+            if framed.before:
+                return None
+            texts = _before(texts, bad.start())
+            if len(texts) < 2:
+                return None
+            joined = joined[:sum(map(len, texts))]
+            whole = False
+        n = len(texts)
+        if not whole:
+            if numbers is not None:
+                numbers = numbers[:n]
+            end = start + len(first) + len(joined) + (n - 1) * len(between) + len(last) \
+                + (0 if numbers is None else sum(map(len, numbers)))
         try:
             chars = len(joined.decode())
         except UnicodeDecodeError:
             return None
-        run = TextRun(data, start, end, n, chars, self.event, framed, texts)
+        run = TextRun(data, start, end, n, chars, self.event, framed, texts, numbers)
         if framed.before:
             run.counter = self.count + n
             self.counted(run.counter)
         return run
 
 
+def _insides(frames: list[bytes], framed: _Framed, body: bytes) -> tuple[list[bytes], bool]:
+    """The bytes of each of ``frames`` (the frames of a run cut at the framing's tail and head,
+    ``body`` those from the first one's text to the last one's suffix) between the template's
+    prefix and suffix, for the frames that have both from the first on; and whether all have."""
+    prefix, suffix = framed.prefix, framed.suffix
+    start, least = len(prefix), len(prefix) + len(suffix)
+    # (a frame too short to hold both is nothing: compiled, a slice whose end is before its
+    # start raises SystemError where Python gives b"")
+    insides = [f[start:len(f) - len(suffix)] if len(f) >= least else b"" for f in frames]
+    if framed.between.join(insides) == body:  # (then each frame is its inside framed)
+        return insides, True
+    for k, f in enumerate(frames):
+        if len(f) < least or not f.startswith(prefix) or not f.endswith(suffix):
+            return insides[:k], False
+    return insides, True
+
+
+def _before(texts: list[bytes], at: int) -> list[bytes]:
+    """The texts before the one that holds byte ``at`` of their join."""
+    size = 0
+    for k, text in enumerate(texts):
+        size += len(text)
+        if size > at:
+            return texts[:k]
+    return texts
+
+
+def _numbered_texts(pieces: list[bytes], numbers: list[bytes]) -> tuple[list[bytes], list[bytes]]:
+    """The texts of frames with number slots cut at the bytes between them, and what follows
+    each text, up to the first piece that is not a text up to its first quote, then each of
+    ``numbers`` followed by a number spelled as JSON spells a non-negative integer, and nothing
+    else (as :meth:`FrameTemplate._numbers_match` reads a frame)."""
+    texts: list[bytes] = []
+    after: list[bytes] = []
+    for piece in pieces:
+        size = len(piece)
+        at = piece.find(b'"')
+        if at <= 0:
+            break
+        quote = at
+        for literal in numbers:
+            end = at + len(literal)
+            if piece[at:end] != literal:
+                at = -1
+                break
+            at = end
+            while at < size and 48 <= piece[at] <= 57:  # (the ASCII digits)
+                at += 1
+            if at == end or (piece[end] == 48 and at - end > 1):
+                at = -1
+                break
+        if at != size:
+            break
+        texts.append(piece[:quote])
+        after.append(piece[quote:])
+    return texts, after
+
+
 class _Framed:
     """A template within its framing: what :meth:`FrameTemplate.run` looks for. A template with
     a counter after its text is given the bytes after the counter as ``suffix`` and those
-    between the text and the counter as ``before``."""
+    between the text and the counter as ``before``; one with number slots, its last piece as
+    ``suffix`` and the others as ``numbers``."""
 
-    __slots__ = ("before", "between", "first", "head", "last", "plain", "prefix", "suffix",
-                 "tail")
+    __slots__ = ("before", "between", "cut", "first", "head", "last", "numbers", "plain",
+                 "prefix", "suffix", "tail")
 
     def __init__(self, prefix: bytes, suffix: bytes, head: bytes, tail: bytes,
-                 before: bytes = b"") -> None:
+                 before: bytes = b"", numbers: list[bytes] | None = None) -> None:
         self.head = head
         self.tail = tail
         self.prefix = prefix
         self.suffix = suffix
         self.before = before
+        self.numbers: list[bytes] = [] if numbers is None else numbers
+        """The literal pieces that each precede a number slot, in order."""
+        self.cut = tail + head
+        """The bytes between two frames' own bytes."""
         self.first = head + prefix
         """How a frame of the run begins."""
         self.last = suffix + tail
@@ -374,7 +480,7 @@ class _Framed:
         # to JSON, is a line end to an SSE reader: such frames are written again, not passed on
         # as they came); so is a numbered one whose ``before`` is also between its frames (cut
         # there, its runs would never fit).
-        around = prefix + suffix + before
+        around = prefix + suffix + before + b"".join(self.numbers)
         self.plain = (not holds(around, b"\n") and not holds(around, b"\r")
                       and (not before or not holds(self.between, before)))
 
