@@ -53,12 +53,25 @@ def encode_events(payloads: list[bytes | Named]) -> bytes:
         except TypeError:  # a Named further on
             pass
     parts: list[bytes] = []
+    heads = _EVENT_HEADS
     for p in payloads:
         if type(p) is Named:  # (a final class)
-            parts += (b"event: ", p.event.encode(), b"\ndata: ", p.data, b"\n\n")
+            head = heads.get(p.event)
+            if head is None:
+                head = b"event: " + p.event.encode() + b"\ndata: "
+                if len(heads) < _EVENT_HEADS_KEPT:
+                    heads[p.event] = head
+            parts += (head, p.data, b"\n\n")
         else:
             parts += (b"data: ", p, b"\n\n")
     return b"".join(parts)
+
+
+_EVENT_HEADS: dict[str, bytes] = {}
+"""The bytes before an event's data, by its name: the names a stream writes are few, and the
+same in every stream. An upstream's own names pass through here too (an identity route), so
+at most :data:`_EVENT_HEADS_KEPT` are kept."""
+_EVENT_HEADS_KEPT = 256
 
 
 def encode_comment(text: bytes = b"") -> bytes:

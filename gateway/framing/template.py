@@ -420,33 +420,34 @@ def _before(texts: list[bytes], at: int) -> list[bytes]:
 
 
 def _numbered_texts(pieces: list[bytes], numbers: list[bytes]) -> tuple[list[bytes], list[bytes]]:
-    """The texts of frames with number slots cut at the bytes between them, and what follows
-    each text, up to the first piece that is not a text up to its first quote, then each of
-    ``numbers`` followed by a number spelled as JSON spells a non-negative integer, and nothing
-    else (as :meth:`FrameTemplate._numbers_match` reads a frame)."""
+    """The texts of frames with number slots (each piece a frame's bytes between the prefix and
+    the last piece), and what follows each text, up to the first piece that does not end in each
+    of ``numbers`` followed by a number spelled as JSON spells a non-negative integer, after a
+    text that is not empty. Read from the end (a literal piece ends and starts with no digit, so
+    each number's digits are the same read either way), with no search: the caller proves each
+    text holds no quote, so that it ends where the first quote is, as
+    :meth:`FrameTemplate._numbers_match` reads a frame."""
     texts: list[bytes] = []
     after: list[bytes] = []
     for piece in pieces:
-        size = len(piece)
-        at = piece.find(b'"')
+        at = len(piece)
+        for k in range(len(numbers) - 1, -1, -1):
+            end = at
+            while at > 0 and 48 <= piece[at - 1] <= 57:  # (the ASCII digits)
+                at -= 1
+            if at == end or (piece[at] == 48 and end - at > 1):
+                at = -1
+                break
+            literal = numbers[k]
+            start = at - len(literal)
+            if start <= 0 or piece[start:at] != literal:
+                at = -1
+                break
+            at = start
         if at <= 0:
             break
-        quote = at
-        for literal in numbers:
-            end = at + len(literal)
-            if piece[at:end] != literal:
-                at = -1
-                break
-            at = end
-            while at < size and 48 <= piece[at] <= 57:  # (the ASCII digits)
-                at += 1
-            if at == end or (piece[end] == 48 and at - end > 1):
-                at = -1
-                break
-        if at != size:
-            break
-        texts.append(piece[:quote])
-        after.append(piece[quote:])
+        texts.append(piece[:at])
+        after.append(piece[at:])
     return texts, after
 
 
