@@ -169,7 +169,7 @@ class _SSEPayloadReader:
             name, payload, end = block
             head = _HEADS.get(name) or _head(name)
             if canonical:
-                canonical = data.startswith(head, at)
+                canonical = data[at:at + len(head)] == head  # (compiled: no method call)
             at = end
             value = self._value(payload, name)
             out.append(value)

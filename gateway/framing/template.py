@@ -313,7 +313,7 @@ class FrameTemplate:
                 else _Framed(self._prefix, pieces[-1], head, tail, b"", pieces[:-1])
                 if pieces is not None else _Framed(self._prefix, self._suffix, head, tail))
         first, last = framed.first, framed.last
-        if not framed.plain or not data.startswith(first, start):
+        if not framed.plain or data[start:start + len(first)] != first:  # (no method call)
             return None
         between = framed.between
         at = data.rfind(between, start)
