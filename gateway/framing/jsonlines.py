@@ -128,7 +128,7 @@ class JsonLinesReader:
         # (a CR is only ever whitespace between JSON tokens: passed on, it would be the only
         # CR the client sees, whose lines the gateway ends with LF alone)
         # (``find``, not ``search.holds``: the same search, a call less each read)
-        self.whole = not parts and data.endswith(b"\n") and self._scanner is None \
+        self.whole = not parts and data[-1:] == b"\n" and self._scanner is None \
             and data.find(b"\r") < 0
         out: list[Any] = []
         start, size = 0, len(data)

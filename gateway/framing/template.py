@@ -247,8 +247,9 @@ class FrameTemplate:
         when it has one, the next counter: :attr:`count` is then that frame's)."""
         if self._pieces is not None:
             return self._numbers_match(raw)
+        # (the suffix compared as a slice: compiled, ``endswith`` is a method call)
         if len(raw) <= self._least or not raw.startswith(self._prefix) \
-                or not raw.endswith(self._suffix):
+                or raw[len(raw) - len(self._suffix):] != self._suffix:
             return None
         body = raw[len(self._prefix):len(raw) - len(self._suffix)]
         if _NOT_PLAIN.search(body) is not None:
