@@ -17,8 +17,10 @@ rounds of 2 s, openai:0128): medians 0.90 and 0.96 (whole, streamed; A a worktre
 anywhere in 0.69-1.25. So there it tells apart changes of about 10% and more; smaller ones need
 more rounds, a quieter host, or an in-process timing.
 
-``--a-rev REV`` checks REV out in a temporary git worktree and runs it with this checkout's
-virtualenv (``PYTHONPATH``), so its dependencies must match. Any error in any window is printed
+``--a-rev REV`` checks REV out in a temporary git worktree, builds its compiled modules there
+(``setup.py build_ext --inplace``, as ``pip install`` would: the sources alone would run
+interpreted, against a compiled B) and runs it with this checkout's virtualenv
+(``PYTHONPATH``), so its dependencies must match. Any error in any window is printed
 and makes the exit status 1.
 """
 
@@ -71,10 +73,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def worktree(rev: str, into: Path) -> Path:
+    """``rev`` checked out at ``into``, built as this checkout is (see the module's docstring)."""
     root = Path(subprocess.check_output(["git", "rev-parse", "--show-toplevel"], cwd=HERE,
                                         text=True).strip())
     subprocess.run(["git", "worktree", "add", "--detach", "--force", str(into), rev], cwd=root,
                    check=True, capture_output=True)
+    if (into / "setup.py").exists():  # (a revision from before the compiled build has none)
+        built = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
+                               cwd=into, capture_output=True, text=True, check=False)
+        if built.returncode:
+            remove_worktree(into)
+            sys.exit(f"building {rev} failed:\n{built.stderr[-2000:]}")
     return into
 
 

@@ -45,6 +45,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 try:
+    import ab
     import driver
     import h1load
     import procs
@@ -70,8 +71,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     which = p.add_mutually_exclusive_group()
     which.add_argument("--a-rev", default=None,
                        help="also count a git revision's gateway, build A (checked out in a "
-                            "temporary worktree, its sources run with this checkout's "
-                            "virtualenv), and print B/A")
+                            "temporary worktree and built there, as bench/ab.py does, run "
+                            "with this checkout's virtualenv), and print B/A")
     which.add_argument("--a", default=None,
                        help="also count the gateway this command starts, build A (e.g. another "
                             "checkout's), and print B/A")
@@ -193,9 +194,7 @@ async def amain(a: argparse.Namespace) -> int:
             servers.append(("passthrough", [sys.executable, str(HERE / "passthrough.py")],
                             "passthrough"))
         if a.a_rev:
-            worktree = tmp / "a"
-            subprocess.run(["git", "-C", str(HERE.parent), "worktree", "add", "--detach",
-                            str(worktree), a.a_rev], check=True, capture_output=True)
+            worktree = ab.worktree(a.a_rev, tmp / "a")
             servers.append(("A", ["env", "-C", str(worktree), sys.executable, "-m", "gateway"],
                             "gateway"))
         elif a.a:
