@@ -230,15 +230,11 @@ class Answerer:
         assembler = stream_assembler(dialect, call.config.max_line_bytes, call.config.scrubber,
                                      accelerate=self.accelerate)
         got_data = False
-        try:
-            async with call.whole_deadline():
-                async for chunk in call.chunks(assembler.events_read):
-                    got_data = got_data or not chunk.isspace()
-                    assembler.feed(chunk)
-                    if assembler.error is not None:
-                        break
-        except TimeoutError as e:
-            raise UpstreamError("timeout", "the upstream did not finish its answer in time") from e
+        async for chunk in call.chunks(assembler.events_read, whole=True):
+            got_data = got_data or not chunk.isspace()
+            assembler.feed(chunk)
+            if assembler.error is not None:
+                break
         if not got_data:
             return await self._malformed("the upstream sent an empty stream")
         resp = assembler.finish()
