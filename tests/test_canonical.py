@@ -257,7 +257,7 @@ def _samples() -> dict[type, dict[str, Any]]:
     )
     from gateway.dialects.fields import Field, Use
     from gateway.exchange.answer import Progress
-    from gateway.exchange.attempts import Answered
+    from gateway.exchange.attempts import Answered, AttemptContext, AttemptLog
     from gateway.exchange.outcome import Attempt, Outcome
 
     usage = Usage(1, 2, 3, 4, 5)
@@ -287,6 +287,14 @@ def _samples() -> dict[type, dict[str, Any]]:
                        "id": "i", "created": 8, "model": "m", "extras": {"e": 4},
                        "extras_dialect": "d"},
         Answered: {"outcome": "ok"},
+        AttemptLog: {"attempts": [Attempt("u", "ok")], "upstream": "u", "upstream_dialect": "d",
+                     "upstream_wait": 0.5, "dropped": ["x"]},
+        # (what each attempt shares: only identity is checked, so an object of the declared
+        # type where compiled code checks one, any object elsewhere)
+        AttemptContext: {name: {} if name == "states" else "r" if name == "request_id"
+                         else object() for name in (
+                             "route", "states", "health", "transport", "balancer", "request",
+                             "config", "answer", "log", "request_id", "trace")},
         Use: {"path": "p", "field": Field("p")},
         Progress: {"status": 200, "chunks": 3, "first_content": 1.5, "client_wait": 2.5,
                    "error": "e", "usage": usage, "dropped": ["x"], "sent_bytes": 9,

@@ -63,7 +63,9 @@ class Final:
     error: ChatError
 
 
-@dataclass(slots=True)
+# Its own __init__ (init=False): built on every request (tests/test_canonical.py holds it to
+# its fields).
+@dataclass(slots=True, init=False)
 class AttemptLog:
     """What the attempts did so far (read by the exchange even when it is cut short)."""
 
@@ -73,6 +75,15 @@ class AttemptLog:
     upstream_wait: float = 0.0
     dropped: list[str] = field(default_factory=list)
 
+    def __init__(self, attempts: list[Attempt] | None = None, upstream: str = NONE,
+                 upstream_dialect: str = NONE, upstream_wait: float = 0.0,
+                 dropped: list[str] | None = None) -> None:
+        self.attempts = [] if attempts is None else attempts
+        self.upstream = upstream
+        self.upstream_dialect = upstream_dialect
+        self.upstream_wait = upstream_wait
+        self.dropped = [] if dropped is None else dropped
+
 
 UpstreamAnswer = Callable[[ChatRequest, UpstreamCall, Dialect, bool], Awaitable[Answered]]
 """Answers the client from an upstream response: ``(request, call, dialect, upstream
@@ -81,7 +92,8 @@ streams)``; raises :class:`UpstreamError` when the upstream fails before the cli
 
 # Not frozen: a frozen dataclass's __init__ sets each field through object.__setattr__,
 # several times the cost of a plain one, and this is built on every request. Written once.
-@dataclass(slots=True, eq=False)
+# Its own __init__ (init=False), as Answered's.
+@dataclass(slots=True, eq=False, init=False)
 class AttemptContext:
     """What every attempt of one request shares."""
 
@@ -99,6 +111,22 @@ class AttemptContext:
     trace: RequestTrace | None
     """The request's spans (tracing on): one client span per attempt that calls an
     upstream."""
+
+    def __init__(self, route: RouteConfig, states: dict[str, UpstreamState],
+                 health: HealthConfig, transport: Transport, balancer: Balancer,
+                 request: ClientRequest, config: GatewayConfig, answer: UpstreamAnswer, log: Any,
+                 request_id: str, trace: RequestTrace | None) -> None:
+        self.route = route
+        self.states = states
+        self.health = health
+        self.transport = transport
+        self.balancer = balancer
+        self.request = request
+        self.config = config
+        self.answer = answer
+        self.log = log
+        self.request_id = request_id
+        self.trace = trace
 
 
 async def run_attempts(ctx: AttemptContext, req: ChatRequest, started: float,
