@@ -1610,30 +1610,51 @@ _PART_CLOSERS = frozenset({"response.output_text.done", "response.content_part.d
                            "response.reasoning_summary_part.done"})
 
 
-@dataclass(slots=True)
 class _Item:
-    """An output item the encoder opened: where it is, and what it said so far."""
+    """An output item the encoder opened: where it is, and what it said so far. (A plain
+    class: compiled, a dataclass's generated ``__init__`` runs interpreted, and one is built for
+    each item of each answer.)"""
 
-    index: int
-    id: str
-    kind: str
-    call: ToolCall | None = None
-    chunks: list[str] = field(default_factory=list)
-    redacted: str | None = None
-    part_open: bool = False
-    seen: set[str] = field(default_factory=set)
-    """Closing events the upstream already sent for it (identity route: :meth:`follow`)."""
-    final: dict[str, JSON] | None = None
-    """The item as ``output_item.done`` showed it (what the final ``output`` lists)."""
+    __slots__ = ("call", "chunks", "delta_at", "final", "id", "index", "kind", "part_at",
+                 "part_open", "redacted", "seen")
 
-    delta_at: bytes = b""
-    """What a text delta of this item writes between its sequence number and its text."""
+    def __init__(self, index: int, id: str, kind: str, call: ToolCall | None = None) -> None:
+        self.index = index
+        self.id = id
+        self.kind = kind
+        self.call = call
+        self.chunks: list[str] = []
+        self.redacted: str | None = None
+        self.part_open = False
+        self.seen: set[str] = set()
+        """Closing events the upstream already sent for it (identity route: :meth:`follow`)."""
+        self.final: dict[str, JSON] | None = None
+        """The item as ``output_item.done`` showed it (what the final ``output`` lists)."""
+        self.part_at = b""
+        """Where the events of its text part say they are: ``"item_id":…,"output_index":…,
+        "content_index":0`` (made once it is first written: :meth:`text_part_at`)."""
+        self.delta_at = b""
+        """What a text delta of this item writes between its sequence number and its text."""
+
+    def text_part_at(self) -> bytes:
+        if not self.part_at:
+            self.part_at = (b'"item_id":' + orjson.dumps(self.id) + b',"output_index":'
+                            + str(self.index).encode() + b',"content_index":0')
+        return self.part_at
 
     def text_delta_at(self) -> bytes:
         if not self.delta_at:
-            self.delta_at = (b',"item_id":' + orjson.dumps(self.id) + b',"output_index":'
-                             + str(self.index).encode() + b',"content_index":0,"delta":')
+            self.delta_at = b"," + self.text_part_at() + b',"delta":'
         return self.delta_at
+
+    def message_json(self, status: str, part: bytes) -> bytes:
+        """``{"output_index", "item"}`` of ``output_item.added``/``.done`` for a message, as
+        orjson writes it from :meth:`_Encoder._wire`'s object: ``part`` is the JSON of its text
+        part, or empty for none."""
+        return b"".join((b'{"output_index":', str(self.index).encode(),
+                         b',"item":{"type":"message","id":', orjson.dumps(self.id),
+                         b',"status":', orjson.dumps(status), b',"role":"assistant","content":[',
+                         part, b"]}}"))
 
     @property
     def text(self) -> str:
@@ -1641,6 +1662,8 @@ class _Item:
             self.chunks[:] = ["".join(self.chunks)]
         return self.chunks[0] if self.chunks else ""
 
+
+_EMPTY_TEXT_PART = orjson.dumps(_output_text("", []))
 
 _EVENT_HEADS: dict[str, bytes] = {}
 """An event's JSON up to its sequence number, by its type (a few types, written again and
@@ -1866,13 +1889,19 @@ class _Encoder:
         return out
 
     def _message(self, out: list[Payload]) -> _Item:
-        if self._open is None:
-            self._open = self._add("message", "msg_", out)
-            self._open.part_open = True
-            out.append(self._event("response.content_part.added", {
-                "item_id": self._open.id, "output_index": self._open.index,
-                "content_index": 0, "part": _output_text("", [])}))
-        return self._open
+        item = self._open
+        if item is None:
+            # Every text answer's two opening events (as the last ones of _end_message): their
+            # JSON put together from parts, the bytes orjson writes for the objects _wire and
+            # _output_text make (tests/dialects/test_openai_responses.py holds them to those)
+            item = self._open = _Item(len(self._items), _new_id("msg_"), "message")
+            self._items.append(item)
+            item.part_open = True
+            out.append(self._event_of("response.output_item.added",
+                                      item.message_json("in_progress", b"")))
+            out.append(self._event_of("response.content_part.added", b"".join((
+                b"{", item.text_part_at(), b',"part":', _EMPTY_TEXT_PART, b"}"))))
+        return item
 
     def _think(self, event: ReasoningDelta, out: list[Payload]) -> None:
         # Another provider's signature or redacted data goes to an OpenAI client sealed (its
@@ -1909,18 +1938,27 @@ class _Encoder:
             return
         self._open = None
         text = item.text
-        base = {"item_id": item.id, "output_index": item.index, "content_index": 0}
         annotations = self._take_annotations(text)
         for k, a in enumerate(annotations):
             out.append(self._event("response.output_text.annotation.added", {
-                **base, "annotation_index": k, "annotation": a}))
-        if item.part_open and "response.output_text.done" not in item.seen:
-            out.append(self._event("response.output_text.done",
-                                   {**base, "text": text, "logprobs": []}))
-        if item.part_open and "response.content_part.done" not in item.seen:
-            out.append(self._event("response.content_part.done",
-                                   {**base, "part": _output_text(text, annotations)}))
-        self._done_item(item, status, out, annotations)
+                "item_id": item.id, "output_index": item.index, "content_index": 0,
+                "annotation_index": k, "annotation": a}))
+        part = b""
+        if item.part_open:
+            # the text part's JSON, written once for the three events that show it
+            text_json = orjson.dumps(text)
+            part = b"".join((b'{"type":"output_text","text":', text_json, b',"annotations":',
+                             orjson.dumps(annotations) if annotations else b"[]", b"}"))
+            at = item.text_part_at()
+            if "response.output_text.done" not in item.seen:
+                out.append(self._event_of("response.output_text.done", b"".join((
+                    b"{", at, b',"text":', text_json, b',"logprobs":[]}'))))
+            if "response.content_part.done" not in item.seen:
+                out.append(self._event_of("response.content_part.done", b"".join((
+                    b"{", at, b',"part":', part, b"}"))))
+        item.final = self._wire(item, status, annotations)  # (for the response's output)
+        item.chunks = []
+        out.append(self._event_of("response.output_item.done", item.message_json(status, part)))
 
     def _take_annotations(self, text: str) -> list[JSON]:
         if self._citations is None:

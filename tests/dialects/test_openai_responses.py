@@ -364,6 +364,50 @@ def test_encode_text_with_usage_and_citations() -> None:
     Response.model_validate(events[-1]["response"])
 
 
+@pytest.mark.parametrize("finish", [StreamFinish("stop"), StreamFinish("length"),
+                                    StreamError("cut")])
+@pytest.mark.parametrize("cited", [False, True])
+def test_a_message_s_events_are_written_as_orjson_writes_their_objects(
+        finish: StreamEvent, cited: bool) -> None:
+    """The encoder writes a message's item and text-part events from byte parts: each is the
+    bytes ``orjson.dumps`` gives for the object of the API reference, and the item that
+    ``output_item.done`` shows is the one the final response lists."""
+    text = 'say "hi"\\\n\u2028é😀\x01</script>'
+    ctx = context_with_citations([Citation("doc.pdf", "doc.pdf")]) if cited else None
+    enc = D.encoder(D.parse_request({"model": "m", "input": "hi"}))
+    payloads = [p for e in [StreamStart(context=ctx), TextDelta(text[:5]), TextDelta(text[5:]),
+                            finish] for p in enc.encode(e)]
+    by_type = {p.event: p for p in payloads}
+    added = orjson.loads(by_type["response.output_item.added"].data)
+    item_id = added["item"]["id"]
+    where = {"item_id": item_id, "output_index": 0, "content_index": 0}
+    annotations = orjson.loads(by_type["response.content_part.done"].data)["part"]["annotations"]
+    assert bool(annotations) == cited
+    part = {"type": "output_text", "text": text, "annotations": annotations}
+    status = "completed" if isinstance(finish, StreamFinish) and finish.reason == "stop" \
+        else "incomplete"
+    written = {
+        "response.output_item.added": {"output_index": 0, "item": {
+            "type": "message", "id": item_id, "status": "in_progress", "role": "assistant",
+            "content": []}},
+        "response.content_part.added": {**where, "part": {
+            "type": "output_text", "text": "", "annotations": []}},
+        "response.output_text.done": {**where, "text": text, "logprobs": []},
+        "response.content_part.done": {**where, "part": part},
+        "response.output_item.done": {"output_index": 0, "item": {
+            "type": "message", "id": item_id, "status": status, "role": "assistant",
+            "content": [part]}},
+    }
+    for kind, fields in written.items():
+        p = by_type[kind]
+        number = orjson.loads(p.data)["sequence_number"]
+        assert p.data == orjson.dumps({"type": kind, "sequence_number": number, **fields}), kind
+    last = orjson.loads(payloads[-1].data)["response"]
+    assert last["output"] == [written["response.output_item.done"]["item"]]
+    assert [orjson.loads(p.data)["sequence_number"] for p in payloads] == \
+        list(range(len(payloads)))
+
+
 def test_encode_reasoning_then_text() -> None:
     seen, events = read_back([
         StreamStart(), ReasoningDelta("think "), ReasoningDelta("hard", dialect="anthropic",
