@@ -1615,8 +1615,8 @@ class _Item:
     class: compiled, a dataclass's generated ``__init__`` runs interpreted, and one is built for
     each item of each answer.)"""
 
-    __slots__ = ("call", "chunks", "delta_at", "final", "id", "index", "kind", "part_at",
-                 "part_open", "redacted", "seen")
+    __slots__ = ("call", "chunks", "delta_at", "final", "final_json", "id", "index", "kind",
+                 "part_at", "part_open", "redacted", "seen")
 
     def __init__(self, index: int, id: str, kind: str, call: ToolCall | None = None) -> None:
         self.index = index
@@ -1630,6 +1630,8 @@ class _Item:
         """Closing events the upstream already sent for it (identity route: :meth:`follow`)."""
         self.final: dict[str, JSON] | None = None
         """The item as ``output_item.done`` showed it (what the final ``output`` lists)."""
+        self.final_json = b""
+        """Or that item's JSON, for a message this encoder finished (written once, for both)."""
         self.part_at = b""
         """Where the events of its text part say they are: ``"item_id":…,"output_index":…,
         "content_index":0`` (made once it is first written: :meth:`text_part_at`)."""
@@ -1648,19 +1650,25 @@ class _Item:
         return self.delta_at
 
     def message_json(self, status: str, part: bytes) -> bytes:
-        """``{"output_index", "item"}`` of ``output_item.added``/``.done`` for a message, as
-        orjson writes it from :meth:`_Encoder._wire`'s object: ``part`` is the JSON of its text
-        part, or empty for none."""
-        return b"".join((b'{"output_index":', str(self.index).encode(),
-                         b',"item":{"type":"message","id":', orjson.dumps(self.id),
-                         b',"status":', orjson.dumps(status), b',"role":"assistant","content":[',
-                         part, b"]}}"))
+        """The message as orjson writes :meth:`_Encoder._wire`'s object for it: ``part`` is the
+        JSON of its text part, or empty for none."""
+        return b"".join((b'{"type":"message","id":', orjson.dumps(self.id), b',"status":',
+                         orjson.dumps(status), b',"role":"assistant","content":[', part, b"]}"))
+
+    def added_or_done(self, item: bytes) -> bytes:
+        """``{"output_index", "item"}`` of ``output_item.added``/``.done``, ``item`` its JSON."""
+        return b"".join((b'{"output_index":', str(self.index).encode(), b',"item":', item, b"}"))
 
     @property
     def text(self) -> str:
         if len(self.chunks) > 1:
             self.chunks[:] = ["".join(self.chunks)]
         return self.chunks[0] if self.chunks else ""
+
+
+def _json(value: JSON) -> bytes:
+    """``orjson.dumps(value)``, without the call for the ``null`` most of a shell's fields are."""
+    return b"null" if value is None else orjson.dumps(value)
 
 
 _EMPTY_TEXT_PART = orjson.dumps(_output_text("", []))
@@ -1702,6 +1710,7 @@ class _Encoder:
         "_closed",
         "_created",
         "_echo",
+        "_echo_json",
         "_followed_text",
         "_id",
         "_items",
@@ -1719,6 +1728,7 @@ class _Encoder:
         # written: an identity route's encoder takes the upstream's and seldom writes one.
         self._req = req
         self._echo: dict[str, Any] | None = None
+        self._echo_json = b""
         self._id = ""
         self._created = now()
         self._model = req.model or "unknown"
@@ -1751,15 +1761,31 @@ class _Encoder:
             head = _EVENT_HEADS[kind] = b'{"type":"' + kind.encode() + b'","sequence_number":'
         return Named(kind, b"".join((head, str(seq).encode(), b",", body[1:])))
 
-    def _response(self, status: str, **fields: Any) -> dict[str, Any]:
+    def _response(self, status: str, *, error: JSON = None, details: JSON = None,
+                  output: bytes = b"[]", usage: JSON = None, lifecycle: bool = False) -> bytes:
+        """``{"response": …}`` of a lifecycle or terminal event: the bytes orjson writes for
+        ``{"id", "object", "created_at", "status", "error", "incomplete_details", **echo,
+        "model", "output", "usage"}`` (``output`` given as JSON), the echo written once a
+        stream. The ``lifecycle`` events echo neither tools nor instructions (see :meth:`_start`).
+        """
         echo = self._echo
         if echo is None:
             echo = self._echo = _echo(self._req)
+        if lifecycle and (echo["instructions"] is not None or echo["tools"]):
+            members = orjson.dumps({**echo, "instructions": None, "tools": []})
+        else:
+            members = self._echo_json
+            if not members:
+                members = self._echo_json = orjson.dumps(echo)
         if not self._id:
             self._id = _new_id("resp_")
-        return {"id": self._id, "object": "response", "created_at": self._created,
-                "status": status, "error": None, "incomplete_details": None, **echo,
-                "model": self._model, "output": [], "usage": None, **fields}
+        return b"".join((
+            b'{"response":{"id":', orjson.dumps(self._id),
+            b',"object":"response","created_at":', orjson.dumps(self._created),
+            b',"status":"', status.encode(), b'","error":', _json(error),
+            b',"incomplete_details":', _json(details), b",", members[1:-1],
+            b',"model":', orjson.dumps(self._model), b',"output":', output,
+            b',"usage":', _json(usage), b"}}"))
 
     # - events -
 
@@ -1832,8 +1858,7 @@ class _Encoder:
         # requires ``tools`` (an empty list is one) and allows ``instructions`` to be null, and
         # their accumulators take the tools from the request, the finished response from the
         # terminal event.
-        shell = b'{"response":' + orjson.dumps(self._response(
-            "in_progress", tools=[], instructions=None)) + b"}"
+        shell = self._response("in_progress", lifecycle=True)
         return [self._event_of("response.created", shell),
                 self._event_of("response.in_progress", shell)]
 
@@ -1898,7 +1923,7 @@ class _Encoder:
             self._items.append(item)
             item.part_open = True
             out.append(self._event_of("response.output_item.added",
-                                      item.message_json("in_progress", b"")))
+                                      item.added_or_done(item.message_json("in_progress", b""))))
             out.append(self._event_of("response.content_part.added", b"".join((
                 b"{", item.text_part_at(), b',"part":', _EMPTY_TEXT_PART, b"}"))))
         return item
@@ -1956,9 +1981,9 @@ class _Encoder:
             if "response.content_part.done" not in item.seen:
                 out.append(self._event_of("response.content_part.done", b"".join((
                     b"{", at, b',"part":', part, b"}"))))
-        item.final = self._wire(item, status, annotations)  # (for the response's output)
+        item.final_json = item.message_json(status, part)  # (the response's output lists it too)
         item.chunks = []
-        out.append(self._event_of("response.output_item.done", item.message_json(status, part)))
+        out.append(self._event_of("response.output_item.done", item.added_or_done(item.final_json)))
 
     def _take_annotations(self, text: str) -> list[JSON]:
         if self._citations is None:
@@ -2035,9 +2060,12 @@ class _Encoder:
             self._end_call(self._calls[index], status, out)
         self._calls.clear()
 
-    def _final_output(self) -> list[JSON]:
-        return [i.final if i.final is not None else self._wire(i, "incomplete")
-                for i in self._items]
+    def _final_output(self) -> bytes:
+        """The response's ``output``, as JSON: each item as ``output_item.done`` showed it."""
+        return b"".join((b"[", b",".join([
+            i.final_json or orjson.dumps(i.final if i.final is not None
+                                         else self._wire(i, "incomplete"))
+            for i in self._items]), b"]"))
 
     def _finish(self, event: StreamFinish, out: list[Payload]) -> None:
         reason = event.reason or ("tool_calls" if any(
@@ -2049,9 +2077,9 @@ class _Encoder:
         self._close_all("completed" if status == "completed" else "incomplete", out)
         self._closed = True
         kind = "response.completed" if status == "completed" else "response.incomplete"
-        out.append(self._event(kind, {"response": self._response(
-            status, incomplete_details=details, output=self._final_output(),
-            usage=_usage_json(event.usage) if event.usage is not None else None)}))
+        out.append(self._event_of(kind, self._response(
+            status, details=details, output=self._final_output(),
+            usage=_usage_json(event.usage) if event.usage is not None else None)))
 
     def follow(self, payload: Any) -> None:
         """The upstream's own event went to the client (identity route): take its numbering,
@@ -2149,9 +2177,8 @@ class _Encoder:
             "code": code, "message": event.message, "param": None,
             "error": {"type": _error_type(event.status), "code": code,
                       "message": event.message, "param": None}}))
-        out.append(self._event("response.failed", {"response": self._response(
-            "failed", error=_failure(event.message, event.code),
-            output=self._final_output())}))
+        out.append(self._event_of("response.failed", self._response(
+            "failed", error=_failure(event.message, event.code), output=self._final_output())))
 
 
 # --- stored responses ----------------------------------------------------------------------------
@@ -2184,6 +2211,8 @@ class _Stored:
                 if not isinstance(ref, str):
                     raise DialectError("must be a string", f"input[{i}].id")
                 items[ref] = None
+        if not previous and not items:  # nearly every request: nothing to build
+            return _UNREFERRING[store is not False]
         return References(previous or None, tuple(items), store is not False)
 
     def expand(self, body: JSON, earlier: Sequence[JSON],
@@ -2241,6 +2270,10 @@ class _Stored:
         last = items[-1].get("id") if items and isinstance(items[-1], dict) else None
         return {"object": "list", "data": list(items), "first_id": first, "last_id": last,
                 "has_more": has_more}
+
+
+_UNREFERRING = {True: References(), False: References(store=False)}
+"""What a request that refers to nothing says, by whether it asks for its answer to be kept."""
 
 
 def _with_id(item: JSON) -> JSON:

@@ -408,6 +408,58 @@ def test_a_message_s_events_are_written_as_orjson_writes_their_objects(
         list(range(len(payloads)))
 
 
+_SHELL_KEYS = ["id", "object", "created_at", "status", "error", "incomplete_details",
+               "instructions", "max_output_tokens", "parallel_tool_calls", "previous_response_id",
+               "reasoning", "store", "temperature", "text", "tool_choice", "tools", "top_p",
+               "truncation", "metadata", "model", "output", "usage"]
+
+
+@pytest.mark.parametrize("finish", [StreamFinish("stop", Usage(3, 2)), StreamFinish("length"),
+                                    StreamError("cut", "server_error")])
+@pytest.mark.parametrize("tools", [False, True])
+def test_the_response_shells_are_written_as_orjson_writes_the_response_object(
+        finish: StreamEvent, tools: bool) -> None:
+    """The lifecycle and terminal events' response is put together from byte parts, the echo
+    written once: each is what ``orjson.dumps`` writes for the API reference's ``Response``,
+    its members in the order the encoder always wrote them; the lifecycle events echo neither
+    tools nor instructions, the terminal one both, and the output items ``output_item.done``
+    showed."""
+    body: dict[str, Any] = {"model": "m", "input": "hi", "temperature": 0.5,
+                            "metadata": {"k": "v"}}
+    if tools:
+        body |= {"instructions": "be \"brief\"\u2028", "tools": [
+            {"type": "function", "name": "f", "parameters": {"type": "object"}}]}
+    enc = D.encoder(D.parse_request(body))
+    payloads = [p for e in [StreamStart(id="resp_up", created=1700000000), TextDelta("hi"),
+                            ToolCallStart(0, "call_1", "f"), ToolCallDelta(0, "{}"),
+                            ToolCallEnd(0), finish] for p in enc.encode(e)]
+    events = [orjson.loads(p.data) for p in payloads]
+    shells = [e["response"] for e in events if "response" in e]
+    assert [e["type"] for e in events if "response" in e][:2] == [
+        "response.created", "response.in_progress"]
+    done = [e["item"] for e in events if e["type"] == "response.output_item.done"]
+    for n, shell in enumerate(shells):
+        assert list(shell) == _SHELL_KEYS
+        assert shell["id"] == "resp_up" and shell["created_at"] == 1700000000
+        assert shell["temperature"] == 0.5 and shell["metadata"] == {"k": "v"}
+        lifecycle = n < 2
+        assert shell["instructions"] == (body.get("instructions") if not lifecycle else None)
+        assert shell["tools"] == (body.get("tools", []) if not lifecycle else [])
+        assert shell["output"] == ([] if lifecycle else done)
+        Response.model_validate(shell)
+    last = shells[-1]
+    if isinstance(finish, StreamError):
+        assert (last["status"], last["error"]) == (
+            "failed", {"code": "server_error", "message": "cut"})
+    else:
+        assert last["status"] == ("completed" if finish.reason == "stop" else "incomplete")
+        assert last["incomplete_details"] == (
+            None if finish.reason == "stop" else {"reason": "max_output_tokens"})
+        assert (last["usage"] or {}).get("output_tokens") == (2 if finish.usage else None)
+    frame = encoder_for(D.framing)
+    assert_written_as_orjson_writes_them(b"".join(frame(p) for p in payloads))
+
+
 def test_encode_reasoning_then_text() -> None:
     seen, events = read_back([
         StreamStart(), ReasoningDelta("think "), ReasoningDelta("hard", dialect="anthropic",
