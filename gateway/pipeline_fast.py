@@ -128,6 +128,7 @@ def template_reader(upstream: Dialect, max_size: int, verbatim: bool) -> Sniffin
     return SniffingReader(max_size, named=upstream.named_events, text_path=path,
                           counter_path=optional(upstream, "counter_path"),
                           number_paths=optional(upstream, "number_paths") or (),
+                          string_paths=optional(upstream, "string_paths") or (),
                           verbatim=verbatim)
 
 
@@ -254,7 +255,8 @@ class FastStreamTranslator(StreamTranslator):
         path = pair.text_path if "templates" in accelerators else None
         reader = SniffingReader(max_size, named=pair.named, text_path=path,
                                 counter_path=pair.counter_path,
-                                number_paths=pair.number_paths, verbatim=same)
+                                number_paths=pair.number_paths,
+                                string_paths=pair.string_paths, verbatim=same)
         decoding = StreamDecoding(upstream, max_size, scrub, reader=reader) if path is None \
             else TemplateDecoding(upstream, max_size, scrub, reader)
         self._reader = reader

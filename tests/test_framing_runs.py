@@ -314,6 +314,66 @@ def test_frames_with_number_slots_in_a_row_are_one_run() -> None:
         assert data[run.end:].startswith(b"data: " + bad)
 
 
+STAMP: tuple[TextPath, ...] = (("created_at",),)
+LINE_TEXT: TextPath = ("message", "content")
+
+
+def stamped(text: str, stamp: str) -> bytes:
+    return orjson.dumps({"model": "m", "created_at": stamp,
+                         "message": {"role": "assistant", "content": text}, "done": False})
+
+
+def stamped_reader() -> TemplateReader:
+    reader = TemplateReader(LINE_TEXT, None, (), STAMP)
+    assert isinstance(reader.read(stamped("first", "2025-01-01T00:00:00Z"), "message"), Slot)
+    reader.runs = True
+    return reader
+
+
+@settings(max_examples=300, deadline=None)
+@given(kind=st.sampled_from(sorted(FRAMINGS)),
+       steps=st.lists(st.tuples(TEXT, TEXT), min_size=1, max_size=8),
+       cuts=st.lists(st.tuples(st.integers(0, 600), st.binary(max_size=3)), max_size=3))
+def test_a_run_with_string_slots_is_what_reading_its_frames_one_by_one_gives(
+        kind: str, steps: list[tuple[str, str]], cuts: list[tuple[int, bytes]]) -> None:
+    """Frames whose strings before the text change from frame to frame (any of them, some that
+    fit no slot), with stray bytes anywhere: a run found is the frames that reading them one by
+    one reads, each frame's bytes given back as they came."""
+    head, tail = FRAMINGS[kind]
+    reader = stamped_reader()
+    data = b"".join(head + stamped(t, s) + tail for t, s in steps)
+    run, data = read_run(reader, data, cuts, head, tail)
+    if run is None:
+        return
+    at = run.start
+    for slot in run.slots():
+        frame = head + slot.raw + tail
+        assert data.startswith(frame, at) and slot.value is None
+        assert orjson.loads(slot.raw)["message"]["content"] == slot.text
+        at += len(frame)
+    assert at == run.end
+    rests_hold(run, head, tail)
+
+
+def test_frames_with_string_slots_in_a_row_are_one_run() -> None:
+    reader = stamped_reader()
+    stamps = ["2025-01-01T00:00:00.5Z", "", "2025-01-01T00:00:01.123456789-07:00", "now"]
+    frames = [stamped(t, s) + b"\n" for t, s in zip("bcde", stamps, strict=True)]
+    run = reader.run(b"".join(frames), 0, b"", b"\n", 1 << 20)
+    assert run is not None and run.text() == "bcde" and run.end == len(b"".join(frames))
+    assert [s.raw + b"\n" for s in run.slots()] == frames
+    # a stamp that is no plain ASCII string, a text that is none (a quote) or empty (a finish):
+    # the run ends before that frame; a frame past the size limit: none after it either
+    for bad in (stamped("f", 'a "q"'), stamped("f", "wörld"), stamped('"f"', "x"),
+                stamped("", "x")):
+        data = b"".join(frames) + bad + b"\n" + frames[0]
+        run = reader.run(data, 0, b"", b"\n", 1 << 20)
+        assert run is not None and run.text() == "bcde" and run.end == len(b"".join(frames))
+        assert data[run.end:].startswith(bad)
+    run = reader.run(b"".join(frames), 0, b"", b"\n", len(frames[0]) + len(frames[1]))
+    assert run is not None and run.text() == "bc"
+
+
 # --- the framing readers: the same frames with runs as without ---------------------------------
 
 

@@ -302,6 +302,81 @@ def test_number_slots_are_found_only_after_the_text_and_checked() -> None:
     assert learn(strange, orjson.loads(strange), PATH, "a", "message", None, USAGE) is None
 
 
+STAMP: tuple[TextPath, ...] = (("created_at",),)
+LINE_TEXT: TextPath = ("message", "content")
+
+
+def line(text: str, stamp: str, **extra: Any) -> bytes:
+    return orjson.dumps({"model": "m", "created_at": stamp, **extra,
+                         "message": {"role": "assistant", "content": text}, "done": False})
+
+
+@settings(max_examples=300, deadline=None)
+@given(extra=st.dictionaries(JSON_TEXT, VALUES, max_size=3), first=JSON_TEXT.filter(bool),
+       stamp=JSON_TEXT, lines=st.lists(st.tuples(JSON_TEXT, JSON_TEXT), max_size=6),
+       cuts=st.lists(st.tuples(st.integers(0, 300), st.binary(max_size=3)), max_size=3))
+def test_a_frame_with_string_slots_read_by_its_template_is_what_parsing_it_gives(
+        extra: dict[str, Any], first: str, stamp: str, lines: list[tuple[str, str]],
+        cuts: list[tuple[int, bytes]]) -> None:
+    """Strings before the text that change from frame to frame, any of them (one that needs
+    unescaping, or is not ASCII, fits no slot: parsed), each frame read as parsing it gives."""
+    frames = [line(first, stamp, **extra), *(line(t, s, **extra) for t, s in lines)]
+    _reads_as_parsed(TemplateReader(LINE_TEXT, None, (), STAMP), frames, cuts,
+                     lambda v: (v["message"]["content"], None))
+
+
+def test_frames_with_other_strings_in_their_slots_are_read_by_the_template() -> None:
+    reader = TemplateReader(LINE_TEXT, None, (), STAMP)
+    stamps = ["2025-01-02T03:04:05.123456789Z", "2025-01-02T03:04:05.1Z", "", "now",
+              "2025-01-02T03:04:05-07:00"]
+    frames = [line(t, s) for t, s in zip("abcde", stamps, strict=True)]
+    out = read_all(reader, frames)
+    assert all(isinstance(o, Slot) for o in out) and [o.text for o in out] == list("abcde")
+    assert [o.parsed() for o in out] == [orjson.loads(f) for f in frames]
+    # a stamp that needs unescaping, is not ASCII or has a control character, or a frame cut
+    # inside its slot, another model, a member more: parsed (or learned from), or refused as
+    # parsing refuses it
+    others = [line("f", 'a "quoted" time'), line("g", "back\\slash"), line("h", "wörld"),
+              line("i", "tab\there"), line("j", "x", model="n"),
+              line("k", "x").replace(b'"created_at":"x"', b'"created_at":"x\x01"'),
+              b'{"model":"m","created_at":"2025', line("l", "x", more=1)]
+    _reads_as_parsed(reader, others, [], lambda v: (v["message"]["content"], None))
+    # (those that fit no slot were parsed, not read by the template: a Slot of theirs, if any,
+    # is of a template learned from them)
+    for f in others[:4]:
+        fresh = TemplateReader(LINE_TEXT, None, (), STAMP)
+        read_all(fresh, frames[:1])
+        got = fresh.read(f, "message")
+        assert not isinstance(got, Slot) or got.value is not None, f
+
+
+def test_string_slots_are_found_only_before_the_text_and_checked() -> None:
+    """A string at a path after the text, or whose spelling cannot be told from another
+    string's before the text, gives no template (the stream's frames are parsed); a path the
+    frame does not hold is no slot; a value there that is no string, no template."""
+    after = orjson.dumps({"message": {"content": "a"}, "created_at": "t1"})
+    assert learn(after, orjson.loads(after), LINE_TEXT, "a", "message", None, (), STAMP) is None
+    twice = orjson.dumps({"id": "t1", "created_at": "t1", "message": {"content": "a"}})
+    assert learn(twice, orjson.loads(twice), LINE_TEXT, "a", "message", None, (), STAMP) is None
+    raw = line("a", "t1")
+    template = learn(raw, orjson.loads(raw), LINE_TEXT, "a", "message", None, (), STAMP)
+    assert template is not None
+    assert template.match(line("bc", "t22")) == "bc"
+    missing = learn(raw, orjson.loads(raw), LINE_TEXT, "a", "message", None, (),
+                    (*STAMP, ("missing",)))
+    assert missing is not None and missing.match(line("d", "")) == "d"
+    for value in (1, None, True):
+        odd = orjson.dumps({"created_at": value, "message": {"content": "a"}})
+        found = learn(odd, orjson.loads(odd), LINE_TEXT, "a", "message", None, (), STAMP)
+        assert (found is None) == (value is not None)  # (null at the path: no slot)
+    # with number slots after the text too
+    both = orjson.dumps({"created_at": "t1", "message": {"content": "a"}, "usage": {"output": 1}})
+    template = learn(both, orjson.loads(both), LINE_TEXT, "a", "message", None, USAGE, STAMP)
+    assert template is not None
+    assert template.match(both.replace(b'"t1"', b'"t22"').replace(b":1}", b":9}")) == "a"
+    assert template.match(both.replace(b'"t1"', b'"t\\"2"')) is None
+
+
 # --- streams: the same events, the same bytes, with the template as without -------------------
 
 
@@ -361,7 +436,9 @@ def test_a_stream_decodes_alike_with_its_template(d: Dialect) -> None:
 @pytest.mark.parametrize("d", TEMPLATED, ids=[d.name for d in TEMPLATED])
 def test_most_text_frames_of_a_stream_are_read_by_the_template(d: Dialect) -> None:
     reader = SniffingReader(named=d.named_events, text_path=d.text_path,  # type: ignore[attr-defined]
-                            counter_path=getattr(d, "counter_path", None))
+                            counter_path=getattr(d, "counter_path", None),
+                            number_paths=getattr(d, "number_paths", ()),
+                            string_paths=getattr(d, "string_paths", ()))
     payloads = [p for f in _stream(d) for p in reader.feed(f)]
     assert sum(isinstance(p, Slot) for p in payloads) >= len(TEXTS) - 4
 

@@ -379,6 +379,10 @@ class Dialect(Protocol):
     # carries other numbers there, but for what the decoder keeps of them. A decoder that keeps
     # them defines ``again_frame(frame)``: it is given each chunk (or the last of a run) read by
     # the template, a ``Slot`` whose ``parsed()`` value holds them.
+    # Optional with ``text_path`` (not with ``counter_path``): ``string_paths: tuple[TextPath,
+    # ...]``, where text chunks hold strings before their text that change from chunk to chunk
+    # (Ollama's ``created_at``): the promise above then holds for a chunk that also carries
+    # other strings there. Such chunks are read one by one, never in runs.
 
     # Optional: ``stream_headers: tuple[tuple[str, str], ...]``, headers every stream to this
     # dialect's clients carries beside its Content-Type (the AI SDK's

@@ -188,8 +188,10 @@ class OllamaDialect(SamplesFromPackage):
     stream_content_type = "application/x-ndjson"
     stream_accept = JSON_LINES_ACCEPT
     cumulative_stream = False
-    # Each line carries its own created_at: no two text lines are alike but for their text.
-    text_path: TextPath | None = None
+    # A line of text alone; each line carries its own created_at (a slot of the template: the
+    # decoder reads only the first line's).
+    text_path: TextPath | None = ("message", "content")
+    string_paths: tuple[TextPath, ...] = (("created_at",),)
     stream_path: str | None = None
     stream_by_accept = False
     default_path = "/api/chat"

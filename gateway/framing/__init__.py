@@ -292,12 +292,14 @@ class SniffingReader:
 
     def __init__(self, max_size: int = DEFAULT_MAX_LINE, *, named: bool = False,
                  text_path: TextPath | None = None, counter_path: TextPath | None = None,
-                 number_paths: tuple[TextPath, ...] = (), verbatim: bool = False) -> None:
-        self._text = TemplateReader(text_path, counter_path, number_paths) \
+                 number_paths: tuple[TextPath, ...] = (),
+                 string_paths: tuple[TextPath, ...] = (), verbatim: bool = False) -> None:
+        self._text = TemplateReader(text_path, counter_path, number_paths, string_paths) \
             if text_path is not None else None
         """Given the path of a text frame's text (and of its counter, when the stream numbers
-        its frames, or of numbers that change from frame to frame), frames that fit the template
-        learned from one come as :class:`Slot`, unparsed (:mod:`gateway.framing.template`)."""
+        its frames, or of numbers or strings that change from frame to frame), frames that fit
+        the template learned from one come as :class:`Slot`, unparsed
+        (:mod:`gateway.framing.template`)."""
         self._head: list[bytes] = []
         """The blank reads so far (kept as they came: joined once, when the framing is
         known)."""

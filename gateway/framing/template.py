@@ -33,6 +33,17 @@ each literal piece followed by a number, and the last piece; it holds those numb
 paths and is the learned frame's value otherwise, for the reasons above. Its caller reads the
 numbers, when it needs them, by parsing it (:meth:`Slot.parsed`).
 
+A stream may also carry strings that change from frame to frame before the text (Ollama's
+``created_at``, a time stamp on every line): the caller gives their paths, and the template holds
+a slot for each one found before the text (its JSON spelling, quotes included, at its first place
+in the prefix that no other slot took, proved by the same one parse). A frame of such a template
+is, in order, each literal piece followed by a plain ASCII string body (printable, no quote or
+backslash, perhaps empty), the last piece, then the text
+and the rest as above: a string token ends at its first unescaped quote, so, again, the tokens
+around each slot are the learned frame's own. A run of such frames (and none for numbers) is
+cut frame by frame at the framing's tail, each frame read as one read alone is, and its texts
+then proved at once as above.
+
 What a :class:`Slot` means (a text-only event) is not this module's to say: the stream's decoder
 confirms it (``gateway.pipeline_fast.TemplateDecoding``).
 
@@ -123,11 +134,12 @@ class TextRun:
     of text (:attr:`chars`) they hold and, when the template numbers its frames, the number of
     the last one (:attr:`counter`)."""
 
-    __slots__ = ("_framed", "_numbers", "_texts", "chars", "count", "counter", "data", "end",
-                 "event", "start")
+    __slots__ = ("_framed", "_leads", "_numbers", "_texts", "chars", "count", "counter", "data",
+                 "end", "event", "start")
 
     def __init__(self, data: bytes, start: int, end: int, count: int, chars: int, event: str,
-                 framed: _Framed, texts: list[bytes], numbers: list[bytes] | None = None) -> None:
+                 framed: _Framed, texts: list[bytes], numbers: list[bytes] | None = None,
+                 leads: list[bytes] | None = None) -> None:
         self.data = data
         self.start = start
         self.end = end
@@ -138,6 +150,8 @@ class TextRun:
         self._texts = texts
         self._numbers = numbers
         """With number slots, each frame's bytes between its text and its last piece."""
+        self._leads = leads
+        """With string slots, each frame's bytes before its text."""
         self.counter: int | None = None
         """The last frame's number, when the template numbers its frames."""
 
@@ -165,6 +179,8 @@ class TextRun:
     def _slot(self, k: int) -> Slot:
         """Its ``k``-th frame, as reading it alone gives it."""
         framed, text = self._framed, self._texts[k]
+        if self._leads is not None:
+            return Slot(text.decode(), self._leads[k] + text + framed.suffix, self.event)
         if self._numbers is not None:
             return Slot(text.decode(), b"".join((framed.prefix, text, self._numbers[k],
                                                  framed.suffix)), self.event)
@@ -186,12 +202,15 @@ class TextRun:
         if self.counter is not None:
             first = self.counter - self.count + 1
             start += sum(len(str(first + j)) for j in range(k))
-        numbers = self._numbers
+        numbers, leads = self._numbers, self._leads
         if numbers is not None:
             start += sum(map(len, numbers[:k]))
+        if leads is not None:
+            start += sum(map(len, leads[:k]))
         run = TextRun(self.data, start, self.end, self.count - k,
                       self.chars - len(b"".join(skipped).decode()), self.event, framed, texts[k:],
-                      None if numbers is None else numbers[k:])
+                      None if numbers is None else numbers[k:],
+                      None if leads is None else leads[k:])
         run.counter = self.counter
         return run
 
@@ -203,15 +222,19 @@ class FrameTemplate:
     """The bytes around the text of one frame, and around its counter when it has one (see the
     module's docstring)."""
 
-    __slots__ = ("_after", "_before", "_counted_first", "_framed", "_least", "_pieces",
+    __slots__ = ("_after", "_before", "_counted_first", "_framed", "_lead", "_least", "_pieces",
                  "_prefix", "_suffix", "count", "counter", "event")
 
     def __init__(self, prefix: bytes, suffix: bytes, event: str,
                  counter: tuple[bytes, bytes, bool, int] | None = None,
-                 pieces: list[bytes] | None = None) -> None:
+                 pieces: list[bytes] | None = None, lead: list[bytes] | None = None) -> None:
         self._pieces = pieces
         """With number slots, the bytes after the text around them (one more than there are
         slots): the first starts with the text's closing quote."""
+        self._lead = lead
+        """With string slots, the bytes before the text around them (one more than there are
+        slots): the first ends with the first slot's opening quote, each other starts with the
+        closing quote of the slot before it, and the last ends with the text's opening quote."""
         self._prefix = prefix
         self._suffix = suffix
         self.event = event
@@ -226,7 +249,8 @@ class FrameTemplate:
             # whether that side is the prefix, and the learned frame's counter)
             self._before, self._after, self._counted_first, count = counter
             self.counted(count)
-        self._least = len(self._prefix) + len(self._suffix)
+        self._least = len(self._prefix) + len(self._suffix) if lead is None \
+            else sum(map(len, lead)) + (len(suffix) if pieces is None else sum(map(len, pieces)))
         self._framed: _Framed | None = None
         """What :meth:`run` counts with, for the framing it was last given."""
 
@@ -245,8 +269,17 @@ class FrameTemplate:
     def match(self, raw: bytes) -> str | None:
         """The text of ``raw`` when it is the template's frame with another plain string (and,
         when it has one, the next counter: :attr:`count` is then that frame's)."""
+        if self._lead is not None:
+            start = self._lead_end(raw)
+            if start < 0:
+                return None
+            return self._numbers_match(raw, start) if self._pieces is not None \
+                else self._suffix_match(raw, start)
         if self._pieces is not None:
-            return self._numbers_match(raw)
+            prefix = self._prefix
+            if len(raw) <= len(prefix) + 1 or raw[:len(prefix)] != prefix:
+                return None
+            return self._numbers_match(raw, len(prefix))
         # (the suffix compared as a slice: compiled, ``endswith`` is a method call)
         if len(raw) <= self._least or not raw.startswith(self._prefix) \
                 or raw[len(raw) - len(self._suffix):] != self._suffix:
@@ -262,18 +295,60 @@ class FrameTemplate:
             self.counted(self.count + 1)
         return text
 
-    def _numbers_match(self, raw: bytes) -> str | None:
-        """:meth:`match` for a template with number slots: the prefix, a plain string body (up
-        to the first quote), then each piece followed by a number spelled as JSON spells a
-        non-negative integer, and the last piece, which ends the frame. (Compared by slices and
-        byte values, which compile to plain operations, rather than by method calls.)"""
+    def _lead_end(self, raw: bytes) -> int:
+        """Where the text's body starts in ``raw`` when it begins as the template's frame with
+        a plain ASCII string body (printable, no quote or backslash, perhaps empty) in each
+        string slot, else -1: a string token ends at its first unescaped quote, so the tokens
+        around each slot are the learned frame's own. (Read byte by byte, which compiles to
+        plain operations: a time stamp's few bytes cost less so than a search's call.)"""
+        lead = self._lead
+        assert lead is not None
+        at = len(lead[0])
+        if raw[:at] != lead[0]:
+            return -1
+        size = len(raw)
+        for k in range(1, len(lead)):
+            while True:
+                if at >= size:
+                    return -1
+                c = raw[at]
+                if c == 34:  # (its closing quote)
+                    break
+                if c < 32 or c == 92 or c > 126:  # (a control character, a backslash, not ASCII)
+                    return -1
+                at += 1
+            piece = lead[k]
+            end = at + len(piece)
+            if raw[at:end] != piece:
+                return -1
+            at = end
+        return at
+
+    def _suffix_match(self, raw: bytes, start: int) -> str | None:
+        """:meth:`match` of a template without number slots or counter, from ``start``, where
+        the text's body starts: that body, a plain string, then the suffix, which ends the
+        frame."""
+        suffix = self._suffix
+        end = len(raw) - len(suffix)
+        if end <= start or raw[end:] != suffix:
+            return None
+        body = raw[start:end]
+        if _NOT_PLAIN.search(body) is not None:
+            return None
+        try:
+            return body.decode()
+        except UnicodeDecodeError:
+            return None
+
+    def _numbers_match(self, raw: bytes, start: int) -> str | None:
+        """:meth:`match` for a template with number slots, from ``start``, where the text's
+        body starts: a plain string body (up to the first quote), then each piece followed by a
+        number spelled as JSON spells a non-negative integer, and the last piece, which ends the
+        frame. (Compared by slices and byte values, which compile to plain operations, rather
+        than by method calls.)"""
         pieces = self._pieces
         assert pieces is not None
-        prefix = self._prefix
         size = len(raw)
-        start = len(prefix)
-        if size <= start + 1 or raw[:start] != prefix:
-            return None
         at = raw.find(b'"', start)
         if at <= start:
             return None
@@ -306,6 +381,8 @@ class FrameTemplate:
         module's docstring for why the counting below is exact)."""
         if self.counter and self._counted_first:
             return None  # (a counter before the text: read frame by frame)
+        if self._lead is not None:
+            return self._lead_run(data, start, head, tail, limit)
         pieces = self._pieces
         framed = self._framed
         if framed is None or framed.head != head or framed.tail != tail:
@@ -393,6 +470,60 @@ class FrameTemplate:
         return run
 
 
+    def _lead_run(self, data: bytes, start: int, head: bytes, tail: bytes,
+                  limit: int) -> TextRun | None:
+        """:meth:`run` for a template with string slots (and none for numbers): the frames
+        from ``start`` on, each cut at the first ``tail`` after its ``head`` and read as
+        :meth:`match` reads one (its slots, then its text up to the suffix, which ends it), up
+        to the first that is not; their texts then proved plain and UTF-8 at once, as the other
+        runs' are. (A frame read so holds no line end: its pieces hold none, nor may its slots
+        and text; so its first ``tail`` is its end.)"""
+        lead = self._lead
+        if self._pieces is not None or lead is None:
+            return None
+        framed = self._framed
+        if framed is None or framed.head != head or framed.tail != tail:
+            framed = self._framed = _Framed(b"", self._suffix, head, tail, lead=lead)
+        if not framed.plain:
+            return None
+        suffix = self._suffix
+        texts: list[bytes] = []
+        leads: list[bytes] = []
+        at, end, size = start, start, len(data)
+        while at < size:
+            own = at + len(head)
+            if data[at:own] != head:
+                break
+            cut = data.find(tail, own)
+            if cut < 0 or cut + len(tail) - start > limit:
+                break
+            raw = data[own:cut]
+            body = self._lead_end(raw)
+            after = len(raw) - len(suffix)
+            if body < 0 or after <= body or raw[after:] != suffix:
+                break
+            leads.append(raw[:body])
+            texts.append(raw[body:after])
+            at = end = cut + len(tail)
+        if len(texts) < 2:
+            return None
+        joined = b"".join(texts)
+        bad = _NOT_PLAIN.search(joined)
+        if bad is not None:
+            texts = _before(texts, bad.start())
+            n = len(texts)
+            if n < 2:
+                return None
+            leads = leads[:n]
+            joined = joined[:sum(map(len, texts))]
+            end = start + n * (len(head) + len(framed.last)) + sum(map(len, leads)) + len(joined)
+        try:
+            chars = len(joined.decode())
+        except UnicodeDecodeError:
+            return None
+        return TextRun(data, start, end, len(texts), chars, self.event, framed, texts, None, leads)
+
+
 def _insides(frames: list[bytes], framed: _Framed, body: bytes) -> tuple[list[bytes], bool]:
     """The bytes of each of ``frames`` (the frames of a run cut at the framing's tail and head,
     ``body`` those from the first one's text to the last one's suffix) between the template's
@@ -456,13 +587,15 @@ class _Framed:
     """A template within its framing: what :meth:`FrameTemplate.run` looks for. A template with
     a counter after its text is given the bytes after the counter as ``suffix`` and those
     between the text and the counter as ``before``; one with number slots, its last piece as
-    ``suffix`` and the others as ``numbers``."""
+    ``suffix`` and the others as ``numbers``; one with string slots, no ``prefix`` (each frame's
+    own is kept) and its pieces as ``lead``, which may hold no line end either."""
 
     __slots__ = ("before", "between", "cut", "first", "head", "last", "numbers", "plain",
                  "prefix", "suffix", "tail")
 
     def __init__(self, prefix: bytes, suffix: bytes, head: bytes, tail: bytes,
-                 before: bytes = b"", numbers: list[bytes] | None = None) -> None:
+                 before: bytes = b"", numbers: list[bytes] | None = None,
+                 lead: list[bytes] | None = None) -> None:
         self.head = head
         self.tail = tail
         self.prefix = prefix
@@ -482,7 +615,7 @@ class _Framed:
         # to JSON, is a line end to an SSE reader: such frames are written again, not passed on
         # as they came); so is a numbered one whose ``before`` is also between its frames (cut
         # there, its runs would never fit).
-        around = prefix + suffix + before + b"".join(self.numbers)
+        around = prefix + suffix + before + b"".join(self.numbers) + b"".join(lead or ())
         self.plain = (not holds(around, b"\n") and not holds(around, b"\r")
                       and (not before or not holds(self.between, before)))
 
@@ -514,21 +647,54 @@ def _counter_spots(raw: bytes, digits: bytes, skip: tuple[int, int]) -> list[int
     return spots
 
 
+def _free_spot(raw: bytes, digits: bytes, taken: list[tuple[int, int, bytes]]) -> int:
+    """The first place of ``digits`` in ``raw`` as a whole number token that overlaps none of
+    the ``taken`` slots, or -1."""
+    at = raw.find(digits)
+    while at >= 0:
+        end = at + len(digits)
+        if at > 0 and raw[at - 1] in _DELIMITS and end < len(raw) and raw[end] in _DELIMITS:
+            for s, e, _ in taken:
+                if at < e and s < end:
+                    break
+            else:
+                return at
+        at = raw.find(digits, end)
+    return -1
+
+
+def _free_string(prefix: bytes, literal: bytes, taken: list[tuple[int, int, bytes]]) -> int:
+    """The first place of ``literal`` (a string token) in ``prefix`` that ends before its last
+    byte (the text's opening quote) and overlaps none of the ``taken`` slots, or -1."""
+    at = prefix.find(literal)
+    while at >= 0 and at + len(literal) < len(prefix):
+        end = at + len(literal)
+        for s, e, _ in taken:
+            if at < e and s < end:
+                break
+        else:
+            return at
+        at = prefix.find(literal, at + 1)
+    return -1
+
+
 def learn(raw: bytes, value: Any, path: TextPath, text: str, event: str,
-          counter_path: TextPath | None = None,
-          number_paths: tuple[TextPath, ...] = ()) -> FrameTemplate | None:
+          counter_path: TextPath | None = None, number_paths: tuple[TextPath, ...] = (),
+          string_paths: tuple[TextPath, ...] = ()) -> FrameTemplate | None:
     """The template of ``raw`` (whose parsed value is ``value``, with the non-empty ``text`` at
     ``path``, and a counter at ``counter_path`` when one is given, or numbers that may change at
-    ``number_paths``) around that string (and that counter, or those numbers), or ``None`` when
-    it is not one to read from the bytes (see the module's docstring)."""
+    ``number_paths`` and strings that may change at ``string_paths``) around that string (and
+    that counter, or those numbers and strings), or ``None`` when it is not one to read from the
+    bytes (see the module's docstring)."""
     literal = orjson.dumps(text)  # the string as a compact JSON writer spells it
     at = raw.find(literal)
     if at < 0 or raw.find(literal, at + 1) >= 0:
         return None
     prefix, suffix = raw[:at + 1], raw[at + len(literal) - 1:]
     probe = "z" if text == "q" else "q"  # not a JSON literal's first letter (true, false, null)
-    if number_paths and counter_path is None:
-        return _numbered(value, prefix, suffix, event, (path, text, probe), number_paths)
+    if (number_paths or string_paths) and counter_path is None:
+        return _numbered(value, prefix, suffix, event, (path, text, probe), number_paths,
+                         string_paths)
     if counter_path is None:
         return FrameTemplate(prefix, suffix, event) if _same_but(
             value, prefix + probe.encode() + suffix, ((path, text, probe),)) else None
@@ -555,13 +721,16 @@ def learn(raw: bytes, value: Any, path: TextPath, text: str, event: str,
 
 def _numbered(value: Any, prefix: bytes, suffix: bytes, event: str,
               text: tuple[TextPath, Any, Any], number_paths: tuple[TextPath, ...],
-              ) -> FrameTemplate | None:
+              string_paths: tuple[TextPath, ...] = ()) -> FrameTemplate | None:
     """:func:`learn`'s template with a slot for each number at ``number_paths`` the frame holds
     (a path it does not hold is no slot), each found after the text: the first place of its
-    digits in ``suffix``, as a whole number token, that no other slot took, where the frame with
-    another number in each slot (and another text) changes the value at those paths and nothing
-    else (one parse: a wrong place found is no template, and the stream tries its next text
-    frame). ``text``: the text's path, the text and the string probed in its place."""
+    digits in ``suffix``, as a whole number token, that no other slot took; and one for each
+    string at ``string_paths`` it holds, each found before the text: the first place of its JSON
+    spelling in ``prefix`` that no other slot took. The template is the frame's only where the
+    frame with another number or string in each slot (and another text) changes the value at
+    those paths and nothing else (one parse: a wrong place found is no template, and the stream
+    tries its next text frame). ``text``: the text's path, the text and the string probed in
+    its place."""
     holes: list[tuple[int, int, bytes]] = []
     changes = [text]
     for number_path in number_paths:
@@ -571,15 +740,38 @@ def _numbered(value: Any, prefix: bytes, suffix: bytes, event: str,
         if type(n) is not int or n < 0:
             return None
         digits = str(n).encode()
-        for spot in _counter_spots(suffix, digits, (0, 0)):
-            end = spot + len(digits)
-            if not any(spot < e and s < end for s, e, _ in holes):
-                holes.append((spot, end, str(n + 1).encode()))
-                changes.append((number_path, n, n + 1))
-                break
-        else:
+        spot = _free_spot(suffix, digits, holes)
+        if spot < 0:
             return None
-    probed, pieces, at = [prefix, text[2].encode()], [], 0
+        holes.append((spot, spot + len(digits), str(n + 1).encode()))
+        changes.append((number_path, n, n + 1))
+    strings: list[tuple[int, int, bytes]] = []
+    for string_path in string_paths:
+        v = _at(value, string_path)
+        if v is None:
+            continue
+        if type(v) is not str:
+            return None
+        literal = orjson.dumps(v)
+        spot = _free_string(prefix, literal, strings)
+        if spot < 0:
+            return None
+        probe = "z" if v == "q" else "q"
+        strings.append((spot, spot + len(literal), probe.encode()))
+        changes.append((string_path, v, probe))
+    # Each string slot's piece keeps its quotes: the one before ends with the opening one, the
+    # one after starts with the closing one.
+    probed: list[bytes] = []
+    lead: list[bytes] = []
+    at = 0
+    for start, end, other in sorted(strings):
+        lead.append(prefix[at:start + 1])
+        probed += [prefix[at:start + 1], other]
+        at = end - 1
+    lead.append(prefix[at:])
+    probed += [prefix[at:], text[2].encode()]
+    pieces: list[bytes] = []
+    at = 0
     for start, end, other in sorted(holes):
         probed += [suffix[at:start], other]
         pieces.append(suffix[at:start])
@@ -588,7 +780,8 @@ def _numbered(value: Any, prefix: bytes, suffix: bytes, event: str,
     pieces.append(suffix[at:])
     if not _same_but(value, b"".join(probed), tuple(changes)):
         return None
-    return FrameTemplate(prefix, suffix, event, None, pieces if holes else None)
+    return FrameTemplate(prefix, suffix, event, None, pieces if holes else None,
+                         lead if strings else None)
 
 
 def _same_but(value: Any, probed: bytes, changes: tuple[tuple[TextPath, Any, Any], ...]) -> bool:
@@ -625,15 +818,19 @@ class TemplateReader:
     the stream's template matches, else the parsed value, learning a template from it while
     tries are left (raises :class:`orjson.JSONDecodeError` as ``orjson.loads`` does)."""
 
-    __slots__ = ("_counter_path", "_number_paths", "_path", "_tries", "runs", "template")
+    __slots__ = ("_counter_path", "_number_paths", "_path", "_string_paths", "_tries", "runs",
+                 "template")
 
     def __init__(self, path: TextPath, counter_path: TextPath | None = None,
-                 number_paths: tuple[TextPath, ...] = ()) -> None:
+                 number_paths: tuple[TextPath, ...] = (),
+                 string_paths: tuple[TextPath, ...] = ()) -> None:
         self._path = path
         self._counter_path = counter_path
         """Where a frame holds its counter, when the stream numbers its frames."""
         self._number_paths = number_paths
         """Where a frame may hold numbers that change from frame to frame."""
+        self._string_paths = string_paths
+        """Where a frame may hold strings that change from frame to frame, before its text."""
         self._tries = _LEARN_TRIES
         self.template: FrameTemplate | None = None
         self.runs = False
@@ -660,7 +857,7 @@ class TemplateReader:
             if isinstance(found, str) and found:
                 self._tries -= 1
                 learned = learn(raw, value, self._path, found, event, self._counter_path,
-                                self._number_paths)
+                                self._number_paths, self._string_paths)
                 if learned is not None:
                     self.template = learned
                     return Slot(found, raw, event, value,
