@@ -124,6 +124,7 @@ _ERROR_TYPES = {
 _TEXT_DELTA: Final = "response.output_text.delta"
 _TEXT_DELTA_HEAD: Final = b'{"type":"response.output_text.delta","sequence_number":'
 _TEXT_DELTA_TAIL: Final = b',"logprobs":[]}'
+_QUOTED_DELTA_TAIL: Final = b'"' + _TEXT_DELTA_TAIL
 # status / incomplete_details.reason <-> the canonical finish reason (docs/translation.md)
 _FINISH_BY_STATUS = {"completed": "stop", "failed": "error", "cancelled": "error"}
 _FINISH_BY_INCOMPLETE = {"max_output_tokens": "length", "content_filter": "content_filter"}
@@ -1901,15 +1902,15 @@ class _Encoder:
                 or self._agent is not None:
             return None
         self._spoke = True
-        at = item.text_delta_at()
+        at = item.text_delta_at() + b'"'
         seq = self._seq
         self._seq = seq + len(texts)
-        chunks = item.chunks
+        # (each text is valid UTF-8 alone: the run's decodes as theirs would, at once)
+        item.chunks.append(b"".join(texts).decode())
         out: list[Payload] = []
         for t in texts:
-            chunks.append(t.decode())
             out.append(Named(_TEXT_DELTA, b"".join((
-                _TEXT_DELTA_HEAD, str(seq).encode(), at, b'"', t, b'"', _TEXT_DELTA_TAIL))))
+                _TEXT_DELTA_HEAD, str(seq).encode(), at, t, _QUOTED_DELTA_TAIL))))
             seq += 1
         return out
 
