@@ -284,12 +284,8 @@ class FrameTemplate:
         if len(raw) <= self._least or not raw.startswith(self._prefix) \
                 or raw[len(raw) - len(self._suffix):] != self._suffix:
             return None
-        body = raw[len(self._prefix):len(raw) - len(self._suffix)]
-        if _NOT_PLAIN.search(body) is not None:
-            return None
-        try:
-            text = body.decode()
-        except UnicodeDecodeError:
+        text = _plain(raw[len(self._prefix):len(raw) - len(self._suffix)])
+        if text is None:
             return None
         if self.counter:
             self.counted(self.count + 1)
@@ -332,13 +328,7 @@ class FrameTemplate:
         end = len(raw) - len(suffix)
         if end <= start or raw[end:] != suffix:
             return None
-        body = raw[start:end]
-        if _NOT_PLAIN.search(body) is not None:
-            return None
-        try:
-            return body.decode()
-        except UnicodeDecodeError:
-            return None
+        return _plain(raw[start:end])
 
     def _numbers_match(self, raw: bytes, start: int) -> str | None:
         """:meth:`match` for a template with number slots, from ``start``, where the text's
@@ -366,12 +356,7 @@ class FrameTemplate:
                 return None
         if raw[at:] != pieces[last]:
             return None
-        if _NOT_PLAIN.search(body) is not None:
-            return None
-        try:
-            return body.decode()
-        except UnicodeDecodeError:
-            return None
+        return _plain(body)
 
     def run(self, data: bytes, start: int, head: bytes, tail: bytes,
             limit: int) -> TextRun | None:
@@ -522,6 +507,17 @@ class FrameTemplate:
         except UnicodeDecodeError:
             return None
         return TextRun(data, start, end, len(texts), chars, self.event, framed, texts, None, leads)
+
+
+def _plain(body: bytes) -> str | None:
+    """``body`` as the string it is when it is a plain string body (no quote, backslash or
+    control character, valid UTF-8), else ``None``."""
+    if _NOT_PLAIN.search(body) is not None:
+        return None
+    try:
+        return body.decode()
+    except UnicodeDecodeError:
+        return None
 
 
 def _insides(frames: list[bytes], framed: _Framed, body: bytes) -> tuple[list[bytes], bool]:
