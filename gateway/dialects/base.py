@@ -382,7 +382,7 @@ class Dialect(Protocol):
     # Optional with ``text_path`` (not with ``counter_path``): ``string_paths: tuple[TextPath,
     # ...]``, where text chunks hold strings before their text that change from chunk to chunk
     # (Ollama's ``created_at``): the promise above then holds for a chunk that also carries
-    # other strings there. Such chunks are read one by one, never in runs.
+    # other strings there.
 
     # Optional: ``stream_headers: tuple[tuple[str, str], ...]``, headers every stream to this
     # dialect's clients carries beside its Content-Type (the AI SDK's

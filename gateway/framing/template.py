@@ -34,15 +34,14 @@ paths and is the learned frame's value otherwise, for the reasons above. Its cal
 numbers, when it needs them, by parsing it (:meth:`Slot.parsed`).
 
 A stream may also carry strings that change from frame to frame before the text (Ollama's
-``created_at``, a time stamp on every line): the caller gives their paths, and the template holds
-a slot for each one found before the text (its JSON spelling, quotes included, at its first place
-in the prefix that no other slot took, proved by the same one parse). A frame of such a template
-is, in order, each literal piece followed by a plain ASCII string body (printable, no quote or
-backslash, perhaps empty), the last piece, then the text
-and the rest as above: a string token ends at its first unescaped quote, so, again, the tokens
-around each slot are the learned frame's own. A run of such frames (and none for numbers) is
-cut frame by frame at the framing's tail, each frame read as one read alone is, and its texts
-then proved at once as above.
+``created_at``, a time stamp on every line): the caller gives their paths, and the template holds a
+slot for each one found before the text (its JSON spelling, quotes included, at its first place in
+the prefix that no other slot took, proved by the same one parse). A frame of such a template is,
+in order, each literal piece followed by a plain ASCII string body (printable, no quote or
+backslash, perhaps empty), the last piece, then the text and the rest as above: a string token ends
+at its first unescaped quote, so, again, the tokens around each slot are the learned frame's own. A
+run of such frames (and none for numbers) is cut frame by frame at the framing's tail, each frame
+read as one read alone is, and its texts then proved at once as above.
 
 What a :class:`Slot` means (a text-only event) is not this module's to say: the stream's decoder
 confirms it (``gateway.pipeline_fast.TemplateDecoding``).
@@ -296,7 +295,7 @@ class FrameTemplate:
         a plain ASCII string body (printable, no quote or backslash, perhaps empty) in each
         string slot, else -1: a string token ends at its first unescaped quote, so the tokens
         around each slot are the learned frame's own. (Read byte by byte, which compiles to
-        plain operations: a time stamp's few bytes cost less so than a search's call.)"""
+        plain operations: for a time stamp's few bytes, cheaper than a search, a method call.)"""
         lead = self._lead
         assert lead is not None
         at = len(lead[0])
