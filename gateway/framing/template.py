@@ -248,8 +248,7 @@ class FrameTemplate:
             # whether that side is the prefix, and the learned frame's counter)
             self._before, self._after, self._counted_first, count = counter
             self.counted(count)
-        self._least = len(self._prefix) + len(self._suffix) if lead is None \
-            else sum(map(len, lead)) + (len(suffix) if pieces is None else sum(map(len, pieces)))
+        self._least = len(self._prefix) + len(self._suffix)
         self._framed: _Framed | None = None
         """What :meth:`run` counts with, for the framing it was last given."""
 
