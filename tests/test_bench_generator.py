@@ -56,6 +56,17 @@ async def test_both_mock_servers_answer_the_same_body(dialect: str, stream: bool
     assert (lean_answer.first is not None) and lean_answer.body
 
 
+@pytest.mark.parametrize("dialect", [d for d in wire.DIALECTS if wire.streams_only(d)])
+async def test_a_protocol_without_a_whole_answer_streams_when_asked_for_one(dialect: str) -> None:
+    """As its agents do (their encoders stream whatever the request's ``Accept``), so that the
+    yardstick relays what such an upstream really sends, the stream the gateway reads."""
+    async with _mock(lean=True) as port:
+        answer = await _ask(port, dialect, stream=False)
+    assert answer.status == 200
+    assert answer.body == b"".join(wire.stream_frames(dialect, CHUNKS))
+    assert wire.whole_text(dialect, answer.body) == wire.answer_text(CHUNKS)
+
+
 @pytest.mark.parametrize("client", driver.GENERATORS)
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
 async def test_the_driver_counts_checked_answers_with_either_client(client: str,

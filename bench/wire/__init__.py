@@ -21,8 +21,8 @@ import orjson
 
 __all__ = ["ALIASES", "DIALECTS", "MOCK_PATHS", "STREAM_CONTENT_TYPE", "WORD", "MissingWire",
            "WireDialect", "WireError", "answer_text", "default_pairs", "module_of", "refusal",
-           "request", "short", "stream_frames", "stream_path", "stream_text", "upstream_extra",
-           "wants_stream", "whole_body", "whole_path", "whole_text"]
+           "request", "short", "stream_frames", "stream_path", "stream_text", "streams_only",
+           "upstream_extra", "wants_stream", "whole_body", "whole_path", "whole_text"]
 
 WORD = "tok "
 CREATED = 1_700_000_000
@@ -238,10 +238,20 @@ def stream_frames(dialect: str, chunks: int) -> list[bytes]:
     return _BY_SHORT[dialect].stream_frames(chunks)
 
 
+def streams_only(dialect: str) -> bool:
+    """An upstream of ``dialect`` answers even a request for a whole answer with its stream (a
+    protocol without a whole answer: its module reads a whole answer's body itself)."""
+    return hasattr(_BY_SHORT[dialect], "whole_body_text")
+
+
 def whole_text(dialect: str, body: bytes) -> str:
+    """The answer text of a whole answer; a module reads the body itself when it names
+    ``whole_body_text`` (an answer that may not be JSON: a protocol without a whole answer)."""
+    wire = _BY_SHORT[dialect]
+    own: Reassemble | None = getattr(wire, "whole_body_text", None)
     try:
-        return _BY_SHORT[dialect].whole_text(orjson.loads(body))
-    except (KeyError, IndexError, TypeError, orjson.JSONDecodeError) as e:
+        return own(body) if own is not None else wire.whole_text(orjson.loads(body))
+    except (KeyError, IndexError, TypeError, AttributeError, orjson.JSONDecodeError) as e:
         raise WireError(f"unexpected whole answer ({type(e).__name__}: {e}): {body[:200]!r}") \
             from None
 

@@ -4,8 +4,11 @@ naming itself in ``type`` (``RUN_STARTED``, ``TEXT_MESSAGE_START`` / ``_CONTENT`
 ``RUN_FINISHED``; ``RUN_ERROR`` when the run fails).
 
 From ``@ag-ui/core`` 1.0's types and ``@ag-ui/client``'s ``HttpAgent``, which always asks with
-``Accept: text/event-stream``. The protocol has no whole answer: a request without that header
-gets the run's events as one JSON array.
+``Accept: text/event-stream``. The protocol has no whole answer, and an agent streams whatever
+the request's ``Accept`` (the SDKs' ``EventEncoder`` answers ``text/event-stream`` unless
+protobuf is asked for): so does the mock. A whole answer a client reads is either that stream or
+the gateway's JSON array of the run's events (its answer to a client that asks without the
+header).
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ def refusal(body: dict[str, Any], headers: Any) -> str | None:
 
 
 def wants_stream(body: dict[str, Any], headers: Any) -> bool:
-    return "text/event-stream" in headers.get("Accept", "")
+    return True  # as every agent's encoder: SSE unless protobuf is accepted
 
 
 def _events(chunks: int) -> list[dict[str, Any]]:
@@ -82,6 +85,13 @@ def whole_text(obj: Any) -> str:
     if not isinstance(obj, list):
         raise WireError("a whole answer is the run's events as a list")
     return _text(obj)
+
+
+def whole_body_text(body: bytes) -> str:
+    """The text of a whole answer: the gateway's JSON array, or an agent's stream."""
+    import orjson
+
+    return whole_text(orjson.loads(body)) if body.lstrip()[:1] == b"[" else stream_text(body)
 
 
 def stream_text(body: bytes) -> str:
