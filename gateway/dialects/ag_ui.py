@@ -27,8 +27,9 @@ What the protocol has no field for travels where it says application data goes:
 The protocol has no whole answer. A client that asks for none (no ``Accept:
 text/event-stream``, which ``HttpAgent`` always sends) gets the same events as one JSON array,
 and such an array is read back as a whole answer. An upstream agent is always asked for its
-stream (:attr:`AgUiDialect.streams_only`; ``streaming: never`` reads the JSON array instead),
-and a client that wants a whole answer gets it assembled.
+stream (:attr:`AgUiDialect.streams_only`; ``streaming: never`` reads a JSON array instead, or
+the stream an agent sends anyway: :attr:`AgUiDialect.whole_may_stream`), and a client that
+wants a whole answer gets it assembled.
 
 An upstream's tool calls are held until its run ends: those it answered itself in the run
 (``TOOL_CALL_RESULT``) were its own steps, the others are the answer's tool calls, for the
@@ -519,6 +520,9 @@ class AgUiDialect(SamplesFromPackage):
     streams_only = True
     """An agent endpoint answers with its event stream: the gateway asks it for one even for a
     whole answer (``streaming: auto``), and assembles the whole answer from it."""
+    whole_may_stream = True
+    """Asked for no stream (``streaming: never``), an agent streams anyway: the SDKs' encoders
+    answer ``text/event-stream`` whatever the ``Accept``, unless it asks for protobuf."""
     text_path: TextPath | None = ("delta",)
     """A ``TEXT_MESSAGE_CONTENT`` event's text. The first of a message decodes with the
     message's id, the others to their text alone: read by their template from the second on."""

@@ -11,7 +11,9 @@ from typing import Any
 import orjson
 import pytest
 from strict import ag_ui as strict
+from strict import reader_for
 
+from gateway.app import create_app
 from gateway.canonical import (
     ChatRequest,
     ContextUpdate,
@@ -28,9 +30,12 @@ from gateway.canonical import (
     ToolCallStart,
     Usage,
 )
+from gateway.config import parse_config
+from gateway.dialects import get
 from gateway.dialects.ag_ui import AgUiDialect, apply_patch
 from gateway.errors import DialectError
 from gateway.framing import encoder_for
+from gateway.upstream import MemoryResponse, MemoryTransport, UpstreamRequest
 
 D = AgUiDialect()
 RUN = {"threadId": "t-1", "runId": "r-1"}
@@ -338,3 +343,39 @@ def test_errors() -> None:
     data = encode([StreamStart(), TextDelta("par"), StreamError("boom", "X")])
     got = strict.read_stream(data)
     assert (got.text, got.error) == ("par", "boom")
+
+
+# --- the exchange ------------------------------------------------------------------------------
+
+OPENAI = get("openai")
+RUN_EVENTS = [{"type": "RUN_STARTED", **RUN},
+              {"type": "TEXT_MESSAGE_START", "messageId": "m", "role": "assistant"},
+              {"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": "whole anyway"},
+              {"type": "TEXT_MESSAGE_END", "messageId": "m"}, {"type": "RUN_FINISHED", **RUN}]
+
+
+@pytest.mark.parametrize("answer", ["stream", "array"])
+async def test_an_agent_asked_for_no_stream_may_answer_its_stream(aiohttp_client: Any,
+                                                                  answer: str) -> None:
+    """``streaming: never`` asks without the event-stream ``Accept``. An agent's encoder
+    streams whatever the ``Accept`` (protobuf aside): that stream is the whole answer, as a
+    JSON array of the events is."""
+    accepts: list[str] = []
+
+    async def agent(request: UpstreamRequest) -> MemoryResponse:
+        accepts.append(request.headers.get("Accept", ""))
+        if answer == "stream":
+            return MemoryResponse(200, {"Content-Type": "text/event-stream"}, b"".join(
+                b"data: " + orjson.dumps(e) + b"\n\n" for e in RUN_EVENTS))
+        return MemoryResponse(200, {"Content-Type": "application/json"}, orjson.dumps(RUN_EVENTS))
+
+    up = {"dialect": D.name, "url": "http://agent.test/run", "streaming": "never"}
+    cfg = parse_config({"upstreams": {"agent": up},
+                        "routes": [{"path": "/v1/chat/completions", "dialect": OPENAI.name,
+                                    "upstream": "agent"}]}, env={})
+    gw = await aiohttp_client(create_app(cfg, transport=MemoryTransport(agent)))
+    r = await gw.post("/v1/chat/completions", json={
+        "model": "m", "messages": [{"role": "user", "content": "hi"}]})
+    assert r.status == 200, await r.text()
+    assert reader_for(OPENAI).read_whole(await r.json()).text == "whole anyway"
+    assert accepts and "text/event-stream" not in accepts[0]
