@@ -320,8 +320,8 @@ class DialectPair:
     """What a stream from ``upstream`` to ``client`` needs of the two dialects that depends on
     them alone, worked out once per pair (:meth:`of`) rather than once per stream."""
 
-    __slots__ = ("client", "counter_path", "gate", "named", "number_paths", "same", "string_paths",
-                 "text_path", "upstream")
+    __slots__ = ("client", "counter_path", "gate", "named", "number_paths", "same",
+                 "stream_string_paths", "string_paths", "text_path", "upstream")
 
     def __init__(self, upstream: Dialect, client: Dialect) -> None:
         self.upstream = upstream
@@ -334,6 +334,8 @@ class DialectPair:
         self.counter_path: TextPath | None = optional(upstream, "counter_path")
         self.number_paths: tuple[TextPath, ...] = optional(upstream, "number_paths") or ()
         self.string_paths: tuple[TextPath, ...] = optional(upstream, "string_paths") or ()
+        self.stream_string_paths: tuple[TextPath, ...] = \
+            optional(upstream, "stream_string_paths") or ()
         """Where the upstream's text frames hold their text, their number, and numbers and
         strings that change from frame to frame (optional: see
         :class:`gateway.dialects.base.Dialect`)."""

@@ -45,6 +45,7 @@ from gateway.framing import (
 )
 from gateway.framing.jsonlines import DEFAULT_MAX_LINE
 from gateway.framing.search import holds
+from gateway.framing.template import TemplateMemory
 from gateway.pipeline import (
     DialectPair,
     Scrub,
@@ -63,6 +64,7 @@ __all__ = [
     "accelerators",
     "stream_assembler",
     "stream_translator",
+    "template_memory",
 ]
 
 ACCELERATORS: frozenset[str] = frozenset({"forward", "templates", "runs"})
@@ -91,37 +93,67 @@ def accelerators(accelerate: Accelerate) -> frozenset[str]:
     return chosen
 
 
+_MEMORIES: dict[int, tuple[object, TemplateMemory]] = {}
+"""Each source's :class:`TemplateMemory`, by the source's identity (kept with it, so that its
+identity is never another's while its entry lives)."""
+_MEMORIES_KEPT = 1024
+"""At most this many sources (a reload's new upstreams are new sources: the old ones' entries
+are let go when there are too many, at the cost of one template learned again per source)."""
+
+
+def template_memory(source: object | None) -> TemplateMemory | None:
+    """The :class:`TemplateMemory` of ``source`` (what a stream's frames come from: its
+    upstream's configuration), made on first use; ``None`` for no source."""
+    if source is None:
+        return None
+    kept = _MEMORIES.get(id(source))
+    if kept is not None and kept[0] is source:
+        return kept[1]
+    if len(_MEMORIES) >= _MEMORIES_KEPT:
+        _MEMORIES.clear()
+    memory = TemplateMemory()
+    _MEMORIES[id(source)] = (source, memory)
+    return memory
+
+
 def stream_translator(
     upstream: Dialect, client: Dialect, req: ChatRequest, *,
     max_size: int = DEFAULT_MAX_LINE, policy: Policies = "reject", scrub: Scrub | None = None,
-    accelerate: Accelerate = True, custom_tools: str = "native",
+    accelerate: Accelerate = True, custom_tools: str = "native", source: object | None = None,
 ) -> StreamTranslator:
-    """A :class:`StreamTranslator` with the accelerators asked for (the plain one with none)."""
+    """A :class:`StreamTranslator` with the accelerators asked for (the plain one with none).
+    ``source``: what the stream comes from (its upstream's configuration), whose earlier streams'
+    template its text frames are tried on first (``templates``)."""
     chosen = accelerators(accelerate)
     if not chosen:
         return StreamTranslator(upstream, client, req, max_size=max_size, policy=policy,
                                 scrub=scrub, custom_tools=custom_tools)
     return FastStreamTranslator(upstream, client, req, max_size=max_size, policy=policy,
-                                scrub=scrub, accelerators=chosen, custom_tools=custom_tools)
+                                scrub=scrub, accelerators=chosen, custom_tools=custom_tools,
+                                memory=template_memory(source))
 
 
 def stream_assembler(upstream: Dialect, max_size: int = DEFAULT_MAX_LINE,
                      scrub: Scrub | None = None, *,
-                     accelerate: Accelerate = True) -> StreamAssembler:
+                     accelerate: Accelerate = True,
+                     source: object | None = None) -> StreamAssembler:
     """A :class:`StreamAssembler` that reads text frames by their template, and runs of them at
-    once, when asked (``forward`` is of no use to a whole answer)."""
+    once, when asked (``forward`` is of no use to a whole answer). ``source``: as for
+    :func:`stream_translator`."""
     chosen = accelerators(accelerate)
     decoding = None
     if "templates" in chosen:
-        decoding = TemplateDecoding.of(upstream, max_size, scrub)
+        decoding = TemplateDecoding.of(upstream, max_size, scrub,
+                                       memory=template_memory(source))
         if decoding is not None and "runs" in chosen:
             return FastStreamAssembler(upstream, max_size, scrub, decoding=decoding)
     return StreamAssembler(upstream, max_size, scrub, decoding=decoding)
 
 
-def template_reader(upstream: Dialect, max_size: int, verbatim: bool) -> SniffingReader | None:
-    """A framing reader that reads ``upstream``'s text frames by their template, or ``None``
-    when its dialect names no ``text_path``."""
+def template_reader(upstream: Dialect, max_size: int, verbatim: bool,
+                    memory: TemplateMemory | None = None) -> SniffingReader | None:
+    """A framing reader that reads ``upstream``'s text frames by their template (the one
+    ``memory`` holds first, when given), or ``None`` when its dialect names no ``text_path``."""
     path = optional(upstream, "text_path")
     if path is None:
         return None
@@ -129,7 +161,8 @@ def template_reader(upstream: Dialect, max_size: int, verbatim: bool) -> Sniffin
                           counter_path=optional(upstream, "counter_path"),
                           number_paths=optional(upstream, "number_paths") or (),
                           string_paths=optional(upstream, "string_paths") or (),
-                          verbatim=verbatim)
+                          stream_paths=optional(upstream, "stream_string_paths") or (),
+                          verbatim=verbatim, memory=memory)
 
 
 def _text_alone(event: StreamEvent, text: str) -> bool:
@@ -169,9 +202,9 @@ class TemplateDecoding(StreamDecoding):
 
     @classmethod
     def of(cls, upstream: Dialect, max_size: int, scrub: Scrub | None, *,
-           verbatim: bool = False) -> TemplateDecoding | None:
+           verbatim: bool = False, memory: TemplateMemory | None = None) -> TemplateDecoding | None:
         """One for ``upstream``, or ``None`` when its dialect names no ``text_path``."""
-        reader = template_reader(upstream, max_size, verbatim)
+        reader = template_reader(upstream, max_size, verbatim, memory)
         return None if reader is None else cls(upstream, max_size, scrub, reader)
 
     def allow_runs(self, on: bool = True) -> None:
@@ -249,6 +282,7 @@ class FastStreamTranslator(StreamTranslator):
         self, upstream: Dialect, client: Dialect, req: ChatRequest, *,
         max_size: int = DEFAULT_MAX_LINE, policy: Policies = "reject", scrub: Scrub | None = None,
         accelerators: frozenset[str] = ACCELERATORS, custom_tools: str = "native",
+        memory: TemplateMemory | None = None,
     ) -> None:
         pair = DialectPair.of(upstream, client)
         same = pair.same
@@ -256,7 +290,9 @@ class FastStreamTranslator(StreamTranslator):
         reader = SniffingReader(max_size, named=pair.named, text_path=path,
                                 counter_path=pair.counter_path,
                                 number_paths=pair.number_paths,
-                                string_paths=pair.string_paths, verbatim=same)
+                                string_paths=pair.string_paths,
+                                stream_paths=pair.stream_string_paths, verbatim=same,
+                                memory=memory)
         decoding = StreamDecoding(upstream, max_size, scrub, reader=reader) if path is None \
             else TemplateDecoding(upstream, max_size, scrub, reader)
         self._reader = reader

@@ -314,6 +314,65 @@ def test_frames_with_number_slots_in_a_row_are_one_run() -> None:
         assert data[run.end:].startswith(b"data: " + bad)
 
 
+AFTER: tuple[TextPath, ...] = (("model",), ("id",))
+
+
+@settings(max_examples=300, deadline=None)
+@given(kind=st.sampled_from(sorted(FRAMINGS)),
+       steps=st.lists(st.tuples(TEXT, st.integers(0, 2**40), TEXT, TEXT), min_size=1,
+                      max_size=8),
+       cuts=st.lists(st.tuples(st.integers(0, 600), st.binary(max_size=3)), max_size=3))
+@example(kind="sse", steps=[("b", 2, "m", "r1"), ("c", 3, "m", "r2"), ("d", 4, "", "r3")],
+         cuts=[])
+def test_a_run_with_string_slots_after_the_text_is_what_reading_its_frames_one_by_one_gives(
+        kind: str, steps: list[tuple[str, int, str, str]], cuts: list[tuple[int, bytes]]) -> None:
+    """Frames whose strings and numbers after the text change from frame to frame (any of
+    them, some strings that fit no slot), with stray bytes anywhere: a run found is the frames
+    that reading them one by one reads, each frame's bytes given back as they came."""
+    head, tail = FRAMINGS[kind]
+
+    def make(text: str, output: int, model: str, ident: str) -> bytes:
+        return orjson.dumps({"choices": [{"delta": {"content": text}, "index": 0}],
+                             "usage": {"prompt": 7, "output": output, "total": output + 7},
+                             "model": model, "id": ident})
+
+    reader = TemplateReader(PATH, None, USAGE, AFTER)
+    assert isinstance(reader.read(make("first", 1, "m", "r0"), "message"), Slot)
+    reader.runs = True
+    data = b"".join(head + make(*step) + tail for step in steps)
+    run, data = read_run(reader, data, cuts, head, tail)
+    if run is None:
+        return
+    at = run.start
+    for slot in run.slots():
+        frame = head + slot.raw + tail
+        assert data.startswith(frame, at) and slot.value is None
+        assert orjson.loads(slot.raw)["choices"][0]["delta"]["content"] == slot.text
+        at += len(frame)
+    assert at == run.end
+    rests_hold(run, head, tail)
+
+
+def test_frames_with_strings_after_their_text_in_a_row_are_one_run() -> None:
+    def make(text: str, ident: str, output: int = 1) -> bytes:
+        return orjson.dumps({"choices": [{"delta": {"content": text}}],
+                             "usage": {"output": output}, "id": ident})
+
+    reader = TemplateReader(PATH, None, USAGE, AFTER)
+    assert isinstance(reader.read(make("a", "r1"), "message"), Slot)
+    reader.runs = True
+    frames = [b"data: " + make(t, i, n) + b"\n\n"
+              for t, i, n in (("b", "pad", 2), ("c", "", 3), ("d", "xyz-1", 4))]
+    run = reader.run(b"".join(frames), 0, b"data: ", b"\n\n", 1 << 20)
+    assert run is not None and run.text() == "bcd" and run.end == len(b"".join(frames))
+    assert [b"data: " + s.raw + b"\n\n" for s in run.slots()] == frames
+    # a string that needs unescaping or is not ASCII: the run ends before that frame
+    for bad in (make("e", 'q"q'), make("e", "wö"), make("e", "t\tab")):
+        data = b"".join(frames) + b"data: " + bad + b"\n\n"
+        run = reader.run(data, 0, b"data: ", b"\n\n", 1 << 20)
+        assert run is not None and run.text() == "bcd" and run.end == len(b"".join(frames))
+
+
 STAMP: tuple[TextPath, ...] = (("created_at",),)
 LINE_TEXT: TextPath = ("message", "content")
 

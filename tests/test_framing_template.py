@@ -25,7 +25,7 @@ from gateway.canonical import (
 from gateway.dialects import DIALECTS, Dialect
 from gateway.framing import Slot, SniffingReader, encoder_for, slot_payload
 from gateway.framing.jsonlines import DEFAULT_MAX_LINE
-from gateway.framing.template import TemplateReader, TextPath, learn
+from gateway.framing.template import TemplateMemory, TemplateReader, TextPath, learn
 from gateway.pipeline import StreamDecoding
 from gateway.pipeline_fast import FastStreamTranslator, TemplateDecoding
 
@@ -350,12 +350,21 @@ def test_frames_with_other_strings_in_their_slots_are_read_by_the_template() -> 
         assert not isinstance(got, Slot) or got.value is not None, f
 
 
-def test_string_slots_are_found_only_before_the_text_and_checked() -> None:
-    """A string at a path after the text, or whose spelling cannot be told from another
-    string's before the text, gives no template (the stream's frames are parsed); a path the
-    frame does not hold is no slot; a value there that is no string, no template."""
+def test_string_slots_are_found_before_the_text_else_after_it_and_checked() -> None:
+    """A string at a path after the text is a slot there; one whose spelling cannot be told
+    from another string's gives no template (the stream's frames are parsed); a path the frame
+    does not hold is no slot; a value there that is no string, no template."""
     after = orjson.dumps({"message": {"content": "a"}, "created_at": "t1"})
-    assert learn(after, orjson.loads(after), LINE_TEXT, "a", "message", None, (), STAMP) is None
+    template = learn(after, orjson.loads(after), LINE_TEXT, "a", "message", None, (), STAMP)
+    assert template is not None
+    assert template.match(after.replace(b'"a"', b'"bc"').replace(b'"t1"', b'"t22"')) == "bc"
+    assert template.match(after.replace(b'"t1"', b'""')) == "a"
+    for other in (b'"t\\"2"', b'"t\\\\2"', b'"w\\u00f6"', '"wö"'.encode(), b'"t\\t"',
+                  b"1"):
+        assert template.match(after.replace(b'"t1"', other)) is None, other
+    spelled_twice = orjson.dumps({"message": {"content": "a"}, "created_at": "t1", "id": "t1"})
+    assert learn(spelled_twice, orjson.loads(spelled_twice), LINE_TEXT, "a", "message", None,
+                 (), (("id",),)) is None
     twice = orjson.dumps({"id": "t1", "created_at": "t1", "message": {"content": "a"}})
     assert learn(twice, orjson.loads(twice), LINE_TEXT, "a", "message", None, (), STAMP) is None
     raw = line("a", "t1")
@@ -375,6 +384,83 @@ def test_string_slots_are_found_only_before_the_text_and_checked() -> None:
     assert template is not None
     assert template.match(both.replace(b'"t1"', b'"t22"').replace(b":1}", b":9}")) == "a"
     assert template.match(both.replace(b'"t1"', b'"t\\"2"')) is None
+
+
+STREAM: tuple[TextPath, ...] = (("model",), ("id",))
+
+
+@settings(max_examples=300, deadline=None)
+@given(extra=st.dictionaries(JSON_TEXT, VALUES, max_size=3), first=JSON_TEXT.filter(bool),
+       model=JSON_TEXT, steps=st.lists(st.tuples(JSON_TEXT, st.integers(-3, 2**40), JSON_TEXT,
+                                                  JSON_TEXT), max_size=6),
+       cuts=st.lists(st.tuples(st.integers(0, 300), st.binary(max_size=3)), max_size=3))
+def test_a_frame_with_slots_after_its_text_read_by_its_template_is_what_parsing_it_gives(
+        extra: dict[str, Any], first: str, model: str, steps: list[tuple[str, int, str, str]],
+        cuts: list[tuple[int, bytes]]) -> None:
+    """Strings and numbers after the text that change from frame to frame, and strings that
+    should not (a stream's own), any of them (a string that needs unescaping or is not ASCII,
+    a negative number, a stream's string changed: parsed), each frame read as parsing it
+    gives."""
+    def make(text: str, output: int, ident: str, pad: str) -> bytes:
+        return orjson.dumps({"choices": [{"delta": {"content": text}}], **extra,
+                             "usage": {"output": output, "total": 7}, "model": model,
+                             "id": ident, "pad": pad})
+
+    frames = [make(first, 1, "r1", "x"), *(make(t, o, i, p) for t, o, i, p in steps)]
+    _reads_as_parsed(TemplateReader(PATH, None, USAGE, (("pad",),), STREAM), frames, cuts,
+                     lambda v: (v["choices"][0]["delta"]["content"], None))
+
+
+def test_a_template_is_tried_on_the_next_stream_of_its_source() -> None:
+    """A reader given its source's memory tries the template the source's last stream learned
+    (a frame of another stream, with its own strings in the stream's slots, is read by it, its
+    parsed value left to its decoder); one whose frames do not fit learns its own and leaves
+    it for the next; a dropped one is forgotten; one with a counter is never kept."""
+    def make(text: str, ident: str, pad: str = "p") -> bytes:
+        return orjson.dumps({"choices": [{"delta": {"content": text}}], "pad": pad, "id": ident})
+
+    def reader() -> TemplateReader:
+        return TemplateReader(PATH, None, (), (("pad",),), (("id",),), memory)
+
+    memory = TemplateMemory()
+    first = reader()
+    learned = first.read(make("a", "s1"), "message")
+    assert isinstance(learned, Slot) and learned.value is not None
+    assert memory.template is not None
+    second = reader()
+    frames = [make("b", "s2"), make("c", "s2", "other-pad")]
+    out = read_all(second, frames)
+    assert [(type(o), o.text, o.value) for o in out] == [(Slot, "b", None), (Slot, "c", None)]
+    assert [o.parsed() for o in out] == [orjson.loads(f) for f in frames]
+    # within a stream its own strings are the template's: another's frame is parsed
+    got = second.read(make("d", "s1"), "message")
+    assert isinstance(got, Slot) and got.value == orjson.loads(make("d", "s1"))
+    # frames of another shape: parsed, then learned, and that template kept
+    other = orjson.dumps({"choices": [{"delta": {"content": "d"}, "index": 0}], "id": "s3"})
+    third = reader()
+    got = third.read(other, "message")
+    assert isinstance(got, Slot) and got.value == orjson.loads(other)
+    kept = memory.template
+    assert kept is not None and reader().read(other.replace(b"s3", b"s4"), "message").value \
+        is None
+    third.drop()
+    assert memory.template is None
+    assert reader().read(other, "message").value == orjson.loads(other)  # (learned again)
+    # a counter is one stream's state: a numbered template is not kept
+    numbered_memory = TemplateMemory()
+    counted = TemplateReader(PATH, ("n",), memory=numbered_memory)
+    assert isinstance(counted.read(orjson.dumps(
+        {"choices": [{"delta": {"content": "a"}}], "n": 3}), "message"), Slot)
+    assert counted.template is not None and numbered_memory.template is None
+
+
+def test_a_stream_string_spelled_as_another_is_no_slot() -> None:
+    """A stream's string whose spelling another string after the text shares: the frame's
+    template has no slot for it (the stream still reads its frames by their template)."""
+    raw = orjson.dumps({"choices": [{"delta": {"content": "a"}}], "model": "m", "id": "m"})
+    template = learn(raw, orjson.loads(raw), PATH, "a", "message", None, (), (), (("id",),))
+    assert template is not None and template.match(raw.replace(b'"a"', b'"b"')) == "b"
+    assert template.match(raw.replace(b'"id":"m"', b'"id":"n"')) is None
 
 
 # --- streams: the same events, the same bytes, with the template as without -------------------
@@ -433,12 +519,73 @@ def test_a_stream_decodes_alike_with_its_template(d: Dialect) -> None:
     assert [e.text for e in _decoded(d, frames) if isinstance(e, TextDelta)] == TEXTS
 
 
+def _stream_of(d: Dialect, ident: str, texts: list[str]) -> list[bytes]:
+    encoder, framed = d.encoder(_request()), encoder_for(d.framing)
+    events: list[StreamEvent] = [StreamStart(id=ident, model="m"),
+                                 *(TextDelta(t) for t in texts), StreamFinish("stop")]
+    return [framed(p) for e in events for p in encoder.encode(e)]
+
+
+@pytest.mark.parametrize("d", list(DIALECTS.values()), ids=list(DIALECTS))
+def test_streams_of_one_source_decode_alike_with_the_template_it_kept(d: Dialect) -> None:
+    """Each stream of a source, whatever it sends (its own ids, its captured samples, frames
+    cut anywhere), decodes with the template its earlier streams left as without templates,
+    identity routes forward the same bytes, and, where the dialect's text frames fit a
+    template kept across streams, a later stream starts with it."""
+    samples = [list(r) if not isinstance(r, bytes) else [r] for r in d.samples.streams.values()]
+    streams = [_stream_of(d, "s1", TEXTS), _stream_of(d, "other-id-2", TEXTS[::-1]),
+               *samples, _stream_of(d, "s3", TEXTS)]
+    streams.append([b"".join(streams[-1])])
+    memory = TemplateMemory()
+    identity = TemplateMemory()
+    for reads in streams:
+        decoding = TemplateDecoding.of(d, DEFAULT_MAX_LINE, None, memory=memory) \
+            or StreamDecoding(d)
+        got = [e for r in reads for e in decoding.feed(r)] + decoding.finish()
+        assert got == _decoded(_Untemplated(d), reads)
+        outs = []
+        for dialect, kept in ((d, identity), (_Untemplated(d), None)):
+            tr = FastStreamTranslator(dialect, dialect, _request(),  # type: ignore[arg-type]
+                                      memory=kept)
+            outs.append(b"".join(tr.feed(r) for r in reads) + tr.finish())
+        assert outs[0] == outs[1]
+    if d in TEMPLATED and getattr(d, "counter_path", None) is None:
+        assert memory.template is not None
+        fresh, kept = _unparsed_slots(d, None), _unparsed_slots(d, memory)
+        assert kept >= fresh
+
+
+def _unparsed_slots(d: Dialect, memory: TemplateMemory | None, ident: str = "s4") -> int:
+    """Text frames of a stream read by a template and never parsed (none parsed to learn)."""
+    reader = SniffingReader(named=d.named_events,
+                            text_path=d.text_path,  # type: ignore[attr-defined]
+                            number_paths=getattr(d, "number_paths", ()),
+                            string_paths=getattr(d, "string_paths", ()),
+                            stream_paths=getattr(d, "stream_string_paths", ()), memory=memory)
+    payloads = [p for f in _stream_of(d, ident, TEXTS) for p in reader.feed(f)]
+    return sum(isinstance(p, Slot) and p.value is None for p in payloads)
+
+
+def test_most_sources_start_their_next_stream_with_the_template_they_kept() -> None:
+    """Where a dialect's text frames hold nothing of their stream's own but in slots (its id,
+    its time in a slot's place), the next stream parses none of them to learn a template."""
+    kept = [d for d in TEMPLATED if getattr(d, "counter_path", None) is None]
+    spared = []
+    for d in kept:
+        memory = TemplateMemory()
+        _unparsed_slots(d, memory, "first-id")
+        if _unparsed_slots(d, memory) > _unparsed_slots(d, None):
+            spared.append(d.name)
+    assert len(spared) * 2 > len(kept), spared
+
+
 @pytest.mark.parametrize("d", TEMPLATED, ids=[d.name for d in TEMPLATED])
 def test_most_text_frames_of_a_stream_are_read_by_the_template(d: Dialect) -> None:
     reader = SniffingReader(named=d.named_events, text_path=d.text_path,  # type: ignore[attr-defined]
                             counter_path=getattr(d, "counter_path", None),
                             number_paths=getattr(d, "number_paths", ()),
-                            string_paths=getattr(d, "string_paths", ()))
+                            string_paths=getattr(d, "string_paths", ()),
+                            stream_paths=getattr(d, "stream_string_paths", ()))
     payloads = [p for f in _stream(d) for p in reader.feed(f)]
     assert sum(isinstance(p, Slot) for p in payloads) >= len(TEXTS) - 4
 

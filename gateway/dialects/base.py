@@ -380,9 +380,11 @@ class Dialect(Protocol):
     # them defines ``again_frame(frame)``: it is given each chunk (or the last of a run) read by
     # the template, a ``Slot`` whose ``parsed()`` value holds them.
     # Optional with ``text_path`` (not with ``counter_path``): ``string_paths: tuple[TextPath,
-    # ...]``, where text chunks hold strings before their text that change from chunk to chunk
-    # (Ollama's ``created_at``): the promise above then holds for a chunk that also carries
-    # other strings there.
+    # ...]``, where text chunks hold strings that change from chunk to chunk (Ollama's
+    # ``created_at``, OpenAI's ``obfuscation``), and ``stream_string_paths``, strings after the
+    # text the same on every chunk of a stream that change from stream to stream (Gemini's
+    # ``responseId``: the template an upstream's stream learned is tried on its next ones): the
+    # promise above then holds for a chunk that also carries other strings there.
 
     # Optional: ``stream_headers: tuple[tuple[str, str], ...]``, headers every stream to this
     # dialect's clients carries beside its Content-Type (the AI SDK's

@@ -868,12 +868,16 @@ class GeminiDialect(SamplesFromPackage):
     cumulative_stream = False
     # A text chunk's text, and its running counts: Google's API writes usageMetadata on every
     # chunk, candidatesTokenCount and totalTokenCount growing with the text, so a template holds
-    # a slot for each count (the decoder keeps the last chunk's, read at the finish).
+    # a slot for each count (the decoder keeps the last chunk's, read at the finish). The
+    # stream's id and model, the same on each of its chunks, differ from stream to stream: slots
+    # of the template kept for the upstream's next stream (the decoder reads them from a
+    # stream's first chunk alone, which it always decodes in full).
     text_path: TextPath | None = ("candidates", 0, "content", "parts", 0, "text")
     number_paths: tuple[TextPath, ...] = tuple(
         ("usageMetadata", key) for key in (
             "promptTokenCount", "candidatesTokenCount", "totalTokenCount", "thoughtsTokenCount",
             "cachedContentTokenCount", "toolUsePromptTokenCount"))
+    stream_string_paths: tuple[TextPath, ...] = (("modelVersion",), ("responseId",))
     stream_path: str | None = None
     stream_by_accept = False
     default_path = "/v1beta"

@@ -141,6 +141,10 @@ class OpenAIDialect(SamplesFromPackage):
     stream_accept = SSE_ACCEPT
     cumulative_stream = False
     text_path: TextPath | None = ("choices", 0, "delta", "content")
+    # OpenAI pads every delta chunk with random characters of its own (``obfuscation``, unless
+    # the request turns it off with ``stream_options.include_obfuscation``): a slot of the
+    # template, which the decoder never reads.
+    string_paths: tuple[TextPath, ...] = (("obfuscation",),)
     stream_path: str | None = None
     stream_by_accept = False
     default_path = "/v1/chat/completions"

@@ -228,7 +228,7 @@ class Answerer:
     async def _assembled(self, req: ChatRequest, call: UpstreamCall,
                          dialect: Dialect) -> ChatResponse | Answered:
         assembler = stream_assembler(dialect, call.config.max_line_bytes, call.config.scrubber,
-                                     accelerate=self.accelerate)
+                                     accelerate=self.accelerate, source=call.config)
         got_data = False
         async for chunk in call.chunks(assembler.events_read, whole=True):
             got_data = got_data or not chunk.isspace()
@@ -300,7 +300,7 @@ class Answerer:
             tr = stream_translator(dialect, self.client, req,
                                    max_size=call.config.max_line_bytes, policy=self.policy,
                                    scrub=call.config.scrubber, accelerate=self.accelerate,
-                                   custom_tools=call.config.custom_tools)
+                                   custom_tools=call.config.custom_tools, source=call.config)
         else:  # a framing the request chose: the plain path (the fast ones write the dialect's)
             tr = StreamTranslator(dialect, self.client, req, max_size=call.config.max_line_bytes,
                                   policy=self.policy, scrub=call.config.scrubber,

@@ -17,7 +17,7 @@ from gateway.framing.jsonarray import JsonArrayReader, JsonArrayWriter
 from gateway.framing.jsonlines import DEFAULT_MAX_LINE, JsonLinesReader, encode_line, encode_lines
 from gateway.framing.named_event import Named
 from gateway.framing.sse import SSEEvent, SSEReader, encode_event, encode_events
-from gateway.framing.template import Slot, TemplateReader, TextPath, TextRun
+from gateway.framing.template import Slot, TemplateMemory, TemplateReader, TextPath, TextRun
 from gateway.framing.verbatim import Verbatim
 
 __all__ = [
@@ -293,9 +293,11 @@ class SniffingReader:
     def __init__(self, max_size: int = DEFAULT_MAX_LINE, *, named: bool = False,
                  text_path: TextPath | None = None, counter_path: TextPath | None = None,
                  number_paths: tuple[TextPath, ...] = (),
-                 string_paths: tuple[TextPath, ...] = (), verbatim: bool = False) -> None:
-        self._text = TemplateReader(text_path, counter_path, number_paths, string_paths) \
-            if text_path is not None else None
+                 string_paths: tuple[TextPath, ...] = (), verbatim: bool = False,
+                 stream_paths: tuple[TextPath, ...] = (),
+                 memory: TemplateMemory | None = None) -> None:
+        self._text = TemplateReader(text_path, counter_path, number_paths, string_paths,
+                                    stream_paths, memory) if text_path is not None else None
         """Given the path of a text frame's text (and of its counter, when the stream numbers
         its frames, or of numbers or strings that change from frame to frame), frames that fit
         the template learned from one come as :class:`Slot`, unparsed

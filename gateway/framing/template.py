@@ -33,15 +33,20 @@ each literal piece followed by a number, and the last piece; it holds those numb
 paths and is the learned frame's value otherwise, for the reasons above. Its caller reads the
 numbers, when it needs them, by parsing it (:meth:`Slot.parsed`).
 
-A stream may also carry strings that change from frame to frame before the text (Ollama's
-``created_at``, a time stamp on every line): the caller gives their paths, and the template holds a
-slot for each one found before the text (its JSON spelling, quotes included, at its first place in
-the prefix that no other slot took, proved by the same one parse). A frame of such a template is,
-in order, each literal piece followed by a plain ASCII string body (printable, no quote or
-backslash, perhaps empty), the last piece, then the text and the rest as above: a string token ends
-at its first unescaped quote, so, again, the tokens around each slot are the learned frame's own. A
-run of such frames (and none for numbers) is cut frame by frame at the framing's tail, each frame
-read as one read alone is, and its texts then proved at once as above.
+A stream may also carry strings that change from frame to frame (Ollama's ``created_at``, a time
+stamp on every line; OpenAI's ``obfuscation``, random padding) or from stream to stream (Gemini's
+``responseId``): the caller gives their paths, and the template holds a slot for each one found
+(its JSON spelling, quotes included, at its first place in the prefix that no other slot took, else
+at its first place after the text that none took, proved by the same one parse). A frame of such a
+template is, in order, each literal piece followed by a plain ASCII string body (printable, no
+quote or backslash, perhaps empty), the last piece, then the text and the rest as above, where a
+slot after the text holds such a body as a number slot holds a number: a string token ends at its
+first unescaped quote, so, again, the tokens around each slot are the learned frame's own. A run of
+frames with slots before their text (and none after it) is cut frame by frame at the framing's
+tail, each frame read as one read alone is, and its texts then proved at once as above.
+
+A template says nothing of the stream it was learned from but its bytes: a source's next stream
+(:class:`TemplateMemory`) tries it first, and learns its own only when its frames do not fit.
 
 What a :class:`Slot` means (a text-only event) is not this module's to say: the stream's decoder
 confirms it (``gateway.pipeline_fast.TemplateDecoding``).
@@ -62,26 +67,27 @@ not over the frames) and decoded at once, which proves them UTF-8 and counts the
 Whatever the cut found, the bytes are the texts joined by ``B``: a run is never wrong, at worst
 shorter or not found (its frames are then read one by one): it is the frames from the first on
 up to the first that does not fit (no prefix or suffix, an empty text, or one no plain string
-body). A template with number slots has its last piece as its suffix: each frame's bytes between
-the prefix and that piece must be a plain text, then each other piece followed by a number
-spelled as JSON spells one, to their end (as a frame read alone is matched); what follows each
-text is kept, to give each frame's bytes. A template that numbers its frames after their text (a
-counter slot in its suffix: ``before``, the number, the frame's end) is cut at each ``before``
-instead: each piece must be the next number, spelled as JSON spells it, ``B`` and the next text;
-the last one, the last number alone (such a run is all the frames cut, or none). Frames numbered
-before their text are read one by one.
+body). A template with slots after its text has its last piece as its suffix: each frame's bytes
+between the prefix and that piece must be a plain text, then each other piece followed by a
+number spelled as JSON spells one or a plain ASCII string body, to their end (as a frame read
+alone is matched); what follows each text is kept, to give each frame's bytes. A template
+that numbers its frames after their text (a counter slot in its suffix: ``before``, the number,
+the frame's end) is cut at each ``before`` instead: each piece must be the next number, spelled
+as JSON spells it, ``B`` and the next text; the last one, the last number alone (such a run is
+all the frames cut, or none). Frames numbered before their text are read one by one.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any, TypeAlias
+from typing import Any, Final, TypeAlias
 
 import orjson
 
 from gateway.framing.search import holds
 
-__all__ = ["FrameTemplate", "Slot", "TemplateReader", "TextPath", "TextRun", "learn"]
+__all__ = ["FrameTemplate", "Slot", "TemplateMemory", "TemplateReader", "TextPath", "TextRun",
+           "learn"]
 
 TextPath: TypeAlias = tuple[str | int, ...]
 """Keys and list indexes from a frame's value to its text, e.g. ``("delta", "text")``."""
@@ -95,6 +101,12 @@ _DELIMITS = frozenset(b' \t\r\n:,[]{}')
 
 _COUNTER_SPOTS = 4
 """Places where a counter's digits occur in a frame that learning tries (a parse each)."""
+
+_NUMBER: Final = 0
+"""What a slot after the text holds: a number, a string that may change from frame to frame,
+or a string the same on every frame of a stream (:meth:`FrameTemplate.specialized`)."""
+_STRING: Final = 1
+_STREAM: Final = 2
 
 _LEARN_TRIES = 4
 """Frames with text at the path that a stream may try to learn a template from: an upstream whose
@@ -222,14 +234,19 @@ class FrameTemplate:
     module's docstring)."""
 
     __slots__ = ("_after", "_before", "_counted_first", "_framed", "_lead", "_least", "_pieces",
-                 "_prefix", "_suffix", "count", "counter", "event")
+                 "_prefix", "_strings", "_suffix", "count", "counter", "event")
 
     def __init__(self, prefix: bytes, suffix: bytes, event: str,
                  counter: tuple[bytes, bytes, bool, int] | None = None,
-                 pieces: list[bytes] | None = None, lead: list[bytes] | None = None) -> None:
+                 pieces: list[bytes] | None = None, lead: list[bytes] | None = None,
+                 strings: list[int] | None = None) -> None:
         self._pieces = pieces
-        """With number slots, the bytes after the text around them (one more than there are
-        slots): the first starts with the text's closing quote."""
+        """With slots after the text, the bytes around them (one more than there are slots):
+        the first starts with the text's closing quote."""
+        self._strings = strings
+        """With string slots among those, what each slot is: :data:`_NUMBER`, :data:`_STRING`
+        or :data:`_STREAM` (a string: the piece before it ends with its opening quote, the one
+        after starts with its closing quote); ``None``: all are numbers."""
         self._lead = lead
         """With string slots, the bytes before the text around them (one more than there are
         slots): the first ends with the first slot's opening quote, each other starts with the
@@ -342,12 +359,24 @@ class FrameTemplate:
             return None
         body = raw[start:at]
         last = len(pieces) - 1
+        strings = self._strings
         for k in range(last):
             piece = pieces[k]
             end = at + len(piece)
             if raw[at:end] != piece:
                 return None
             at = end
+            if strings is not None and strings[k]:
+                # a plain ASCII string body, up to its closing quote (the next piece's first
+                # byte: compared next), as :meth:`_lead_end` reads one
+                while at < size:
+                    c = raw[at]
+                    if c == 34:
+                        break
+                    if c < 32 or c == 92 or c > 126:
+                        return None
+                    at += 1
+                continue
             while at < size and 48 <= raw[at] <= 57:  # (the ASCII digits)
                 at += 1
             if at == end or (raw[end] == 48 and at - end > 1):
@@ -355,6 +384,40 @@ class FrameTemplate:
         if raw[at:] != pieces[last]:
             return None
         return _plain(body)
+
+    def specialized(self, raw: bytes) -> FrameTemplate:
+        """This template with each slot for a string the same on every frame of a stream
+        (:data:`_STREAM`) filled with what ``raw``, a frame it matches, holds there: a
+        template that matches fewer frames (those of that stream), so again one whose frames are
+        what parsing them gives, read with fewer slots. Itself when it has no such slot."""
+        strings, pieces = self._strings, self._pieces
+        if strings is None or pieces is None or _STREAM not in strings:
+            return self
+        start = self._lead_end(raw) if self._lead is not None else len(self._prefix)
+        at = raw.find(b'"', start)  # (the text's end: its body is plain)
+        text_end = at
+        kept: list[bytes] = []
+        kinds: list[int] = []
+        piece = pieces[0]
+        for k in range(len(pieces) - 1):
+            at += len(pieces[k])
+            end = at
+            if strings[k] != _NUMBER:
+                end = raw.find(b'"', at)
+            else:
+                while end < len(raw) and 48 <= raw[end] <= 57:
+                    end += 1
+            if strings[k] == _STREAM:
+                piece = piece + raw[at:end] + pieces[k + 1]
+            else:
+                kept.append(piece)
+                kinds.append(strings[k])
+                piece = pieces[k + 1]
+            at = end
+        kept.append(piece)
+        return FrameTemplate(self._prefix, raw[text_end:], self.event, None,
+                             kept if kinds else None, self._lead,
+                             kinds if _STRING in kinds else None)
 
     def run(self, data: bytes, start: int, head: bytes, tail: bytes,
             limit: int) -> TextRun | None:
@@ -371,7 +434,8 @@ class FrameTemplate:
         if framed is None or framed.head != head or framed.tail != tail:
             framed = self._framed = (
                 _Framed(self._prefix, self._after, head, tail, self._before) if self.counter
-                else _Framed(self._prefix, pieces[-1], head, tail, b"", pieces[:-1])
+                else _Framed(self._prefix, pieces[-1], head, tail, b"", pieces[:-1],
+                             strings=self._strings)
                 if pieces is not None else _Framed(self._prefix, self._suffix, head, tail))
         first, last = framed.first, framed.last
         if not framed.plain or data[start:start + len(first)] != first:  # (no method call)
@@ -397,7 +461,7 @@ class FrameTemplate:
             texts, whole = _insides(frames, framed, body)
             if pieces is not None:
                 fitting = len(texts)
-                texts, numbers = _numbered_texts(texts, framed.numbers)
+                texts, numbers = _numbered_texts(texts, framed.numbers, framed.strings)
                 whole = whole and len(texts) == fitting
             elif b"" in texts:
                 texts = texts[:texts.index(b"")]
@@ -545,25 +609,41 @@ def _before(texts: list[bytes], at: int) -> list[bytes]:
     return texts
 
 
-def _numbered_texts(pieces: list[bytes], numbers: list[bytes]) -> tuple[list[bytes], list[bytes]]:
-    """The texts of frames with number slots (each piece a frame's bytes between the prefix and
-    the last piece), and what follows each text, up to the first piece that does not end in each
-    of ``numbers`` followed by a number spelled as JSON spells a non-negative integer, after a
-    text that is not empty. Read from the end (a literal piece ends and starts with no digit, so
-    each number's digits are the same read either way), with no search: the caller proves each
-    text holds no quote, so that it ends where the first quote is, as
-    :meth:`FrameTemplate._numbers_match` reads a frame."""
+def _numbered_texts(pieces: list[bytes], numbers: list[bytes],
+                    strings: list[int] | None = None) -> tuple[list[bytes], list[bytes]]:
+    """The texts of frames with slots after their text (each piece a frame's bytes between the
+    prefix and the last piece), and what follows each text, up to the first piece that does not
+    end in each of ``numbers`` followed by its slot's value, after a text that is not empty: a
+    number spelled as JSON spells a non-negative integer or, where ``strings`` says so, a plain
+    ASCII string body. Read from the end (a literal piece ends and starts with no digit, and one
+    before a string ends with its opening quote, which its body does not hold, so each slot's
+    value is the same read either way), with no search: the caller proves each text holds no
+    quote, so that it ends where the first quote is, as :meth:`FrameTemplate._numbers_match`
+    reads a frame."""
     texts: list[bytes] = []
     after: list[bytes] = []
     for piece in pieces:
         at = len(piece)
         for k in range(len(numbers) - 1, -1, -1):
             end = at
-            while at > 0 and 48 <= piece[at - 1] <= 57:  # (the ASCII digits)
-                at -= 1
-            if at == end or (piece[at] == 48 and end - at > 1):
-                at = -1
-                break
+            if strings is not None and strings[k]:
+                while at > 0:
+                    c = piece[at - 1]
+                    if c == 34:  # (its opening quote, the end of the piece before it)
+                        break
+                    if c < 32 or c == 92 or c > 126:
+                        at = 0
+                        break
+                    at -= 1
+                if at <= 0:
+                    at = -1
+                    break
+            else:
+                while at > 0 and 48 <= piece[at - 1] <= 57:  # (the ASCII digits)
+                    at -= 1
+                if at == end or (piece[at] == 48 and end - at > 1):
+                    at = -1
+                    break
             literal = numbers[k]
             start = at - len(literal)
             if start <= 0 or piece[start:at] != literal:
@@ -585,18 +665,20 @@ class _Framed:
     own is kept) and its pieces as ``lead``, which may hold no line end either."""
 
     __slots__ = ("before", "between", "cut", "first", "head", "last", "numbers", "plain",
-                 "prefix", "suffix", "tail")
+                 "prefix", "strings", "suffix", "tail")
 
     def __init__(self, prefix: bytes, suffix: bytes, head: bytes, tail: bytes,
                  before: bytes = b"", numbers: list[bytes] | None = None,
-                 lead: list[bytes] | None = None) -> None:
+                 lead: list[bytes] | None = None, strings: list[int] | None = None) -> None:
         self.head = head
         self.tail = tail
         self.prefix = prefix
         self.suffix = suffix
         self.before = before
         self.numbers: list[bytes] = [] if numbers is None else numbers
-        """The literal pieces that each precede a number slot, in order."""
+        """The literal pieces that each precede a slot after the text, in order."""
+        self.strings = strings
+        """What each of those slots is (``None``: numbers all)."""
         self.cut = tail + head
         """The bytes between two frames' own bytes."""
         self.first = head + prefix
@@ -641,14 +723,14 @@ def _counter_spots(raw: bytes, digits: bytes, skip: tuple[int, int]) -> list[int
     return spots
 
 
-def _free_spot(raw: bytes, digits: bytes, taken: list[tuple[int, int, bytes]]) -> int:
+def _free_spot(raw: bytes, digits: bytes, taken: list[tuple[int, int, bytes, int]]) -> int:
     """The first place of ``digits`` in ``raw`` as a whole number token that overlaps none of
     the ``taken`` slots, or -1."""
     at = raw.find(digits)
     while at >= 0:
         end = at + len(digits)
         if at > 0 and raw[at - 1] in _DELIMITS and end < len(raw) and raw[end] in _DELIMITS:
-            for s, e, _ in taken:
+            for s, e, _, _ in taken:
                 if at < e and s < end:
                     break
             else:
@@ -672,23 +754,46 @@ def _free_string(prefix: bytes, literal: bytes, taken: list[tuple[int, int, byte
     return -1
 
 
+def _free_string_after(suffix: bytes, literal: bytes,
+                       taken: list[tuple[int, int, bytes, int]]) -> int:
+    """The first place of ``literal`` (a string token) in ``suffix`` after its first byte (the
+    text's closing quote) that overlaps none of the ``taken`` slots, or -1."""
+    at = suffix.find(literal, 1)
+    while at >= 0:
+        end = at + len(literal)
+        for s, e, _, _ in taken:
+            if at < e and s < end:
+                break
+        else:
+            return at
+        at = suffix.find(literal, at + 1)
+    return -1
+
+
 def learn(raw: bytes, value: Any, path: TextPath, text: str, event: str,
           counter_path: TextPath | None = None, number_paths: tuple[TextPath, ...] = (),
-          string_paths: tuple[TextPath, ...] = ()) -> FrameTemplate | None:
+          string_paths: tuple[TextPath, ...] = (),
+          stream_paths: tuple[TextPath, ...] = ()) -> FrameTemplate | None:
     """The template of ``raw`` (whose parsed value is ``value``, with the non-empty ``text`` at
     ``path``, and a counter at ``counter_path`` when one is given, or numbers that may change at
-    ``number_paths`` and strings that may change at ``string_paths``) around that string (and
-    that counter, or those numbers and strings), or ``None`` when it is not one to read from the
-    bytes (see the module's docstring)."""
+    ``number_paths``, strings that may change at ``string_paths`` and strings the same on every
+    frame of a stream at ``stream_paths``) around that string (and that counter, or those
+    numbers and strings), or ``None`` when it is not one to read from the bytes (see the
+    module's docstring)."""
     literal = orjson.dumps(text)  # the string as a compact JSON writer spells it
     at = raw.find(literal)
     if at < 0 or raw.find(literal, at + 1) >= 0:
         return None
     prefix, suffix = raw[:at + 1], raw[at + len(literal) - 1:]
     probe = "z" if text == "q" else "q"  # not a JSON literal's first letter (true, false, null)
-    if (number_paths or string_paths) and counter_path is None:
-        return _numbered(value, prefix, suffix, event, (path, text, probe), number_paths,
-                         string_paths)
+    if (number_paths or string_paths or stream_paths) and counter_path is None:
+        found = _numbered(value, prefix, suffix, event, (path, text, probe), number_paths,
+                          string_paths, stream_paths)
+        if found is None and stream_paths:
+            # (a stream's string whose spelling is also another's: the stream's own template)
+            found = _numbered(value, prefix, suffix, event, (path, text, probe), number_paths,
+                              string_paths)
+        return found
     if counter_path is None:
         return FrameTemplate(prefix, suffix, event) if _same_but(
             value, prefix + probe.encode() + suffix, ((path, text, probe),)) else None
@@ -715,17 +820,22 @@ def learn(raw: bytes, value: Any, path: TextPath, text: str, event: str,
 
 def _numbered(value: Any, prefix: bytes, suffix: bytes, event: str,
               text: tuple[TextPath, Any, Any], number_paths: tuple[TextPath, ...],
-              string_paths: tuple[TextPath, ...] = ()) -> FrameTemplate | None:
+              string_paths: tuple[TextPath, ...] = (),
+              stream_paths: tuple[TextPath, ...] = ()) -> FrameTemplate | None:
     """:func:`learn`'s template with a slot for each number at ``number_paths`` the frame holds
     (a path it does not hold is no slot), each found after the text: the first place of its
     digits in ``suffix``, as a whole number token, that no other slot took; and one for each
-    string at ``string_paths`` it holds, each found before the text: the first place of its JSON
-    spelling in ``prefix`` that no other slot took. The template is the frame's only where the
-    frame with another number or string in each slot (and another text) changes the value at
-    those paths and nothing else (one parse: a wrong place found is no template, and the stream
-    tries its next text frame). ``text``: the text's path, the text and the string probed in
-    its place."""
-    holes: list[tuple[int, int, bytes]] = []
+    string at ``string_paths`` it holds: the first place of its JSON spelling in ``prefix``
+    that no other slot took, else the first in ``suffix`` after the text's closing quote that
+    no other slot took. The template is the frame's only where the frame with another number or
+    string in each slot (and another text) changes the value at those paths and nothing else
+    (one parse: a wrong place found is no template, and the stream tries its next text frame).
+    A string at ``stream_paths`` is a slot where found after the text (else it is the
+    template's, as any other byte). ``text``: the text's path, the text and the string probed
+    in its place."""
+    holes: list[tuple[int, int, bytes, int]] = []
+    """The slots after the text: where their value starts and ends in ``suffix`` (a string's
+    body: the quotes stay in the pieces), the value probed there, and what it holds."""
     changes = [text]
     for number_path in number_paths:
         n = _at(value, number_path)
@@ -737,7 +847,7 @@ def _numbered(value: Any, prefix: bytes, suffix: bytes, event: str,
         spot = _free_spot(suffix, digits, holes)
         if spot < 0:
             return None
-        holes.append((spot, spot + len(digits), str(n + 1).encode()))
+        holes.append((spot, spot + len(digits), str(n + 1).encode(), _NUMBER))
         changes.append((number_path, n, n + 1))
     strings: list[tuple[int, int, bytes]] = []
     for string_path in string_paths:
@@ -747,12 +857,26 @@ def _numbered(value: Any, prefix: bytes, suffix: bytes, event: str,
         if type(v) is not str:
             return None
         literal = orjson.dumps(v)
-        spot = _free_string(prefix, literal, strings)
-        if spot < 0:
-            return None
         probe = "z" if v == "q" else "q"
-        strings.append((spot, spot + len(literal), probe.encode()))
+        spot = _free_string(prefix, literal, strings)
+        if spot >= 0:
+            strings.append((spot, spot + len(literal), probe.encode()))
+        else:
+            spot = _free_string_after(suffix, literal, holes)
+            if spot < 0:
+                return None
+            holes.append((spot + 1, spot + len(literal) - 1, probe.encode(), _STRING))
         changes.append((string_path, v, probe))
+    for stream_path in stream_paths:
+        v = _at(value, stream_path)
+        if type(v) is not str:
+            continue
+        literal = orjson.dumps(v)
+        spot = _free_string_after(suffix, literal, holes)
+        if spot >= 0:
+            probe = "z" if v == "q" else "q"
+            holes.append((spot + 1, spot + len(literal) - 1, probe.encode(), _STREAM))
+            changes.append((stream_path, v, probe))
     # Each string slot's piece keeps its quotes: the one before ends with the opening one, the
     # one after starts with the closing one.
     probed: list[bytes] = []
@@ -765,17 +889,19 @@ def _numbered(value: Any, prefix: bytes, suffix: bytes, event: str,
     lead.append(prefix[at:])
     probed += [prefix[at:], text[2].encode()]
     pieces: list[bytes] = []
+    kinds: list[int] = []
     at = 0
-    for start, end, other in sorted(holes):
+    for start, end, other, kind in sorted(holes):
         probed += [suffix[at:start], other]
         pieces.append(suffix[at:start])
+        kinds.append(kind)
         at = end
     probed.append(suffix[at:])
     pieces.append(suffix[at:])
     if not _same_but(value, b"".join(probed), tuple(changes)):
         return None
     return FrameTemplate(prefix, suffix, event, None, pieces if holes else None,
-                         lead if strings else None)
+                         lead if strings else None, kinds if any(kinds) else None)
 
 
 def _same_but(value: Any, probed: bytes, changes: tuple[tuple[TextPath, Any, Any], ...]) -> bool:
@@ -807,25 +933,50 @@ def _same_but(value: Any, probed: bytes, changes: tuple[tuple[TextPath, Any, Any
         return False
 
 
+class TemplateMemory:
+    """The template learned last from the streams of one source (an upstream), tried first on
+    each stream of it that follows: learning one costs a parse and a comparison of the frame,
+    and most of a source's streams have their text frames of the same bytes. Only templates
+    without a counter are kept (a counter is the state of one stream). Safe to share: what a
+    frame read by a template is follows from that frame's bytes alone (see the module's
+    docstring), and each stream's decoder still confirms its first frame read so
+    (``gateway.pipeline_fast.TemplateDecoding``)."""
+
+    __slots__ = ("template",)
+
+    def __init__(self) -> None:
+        self.template: FrameTemplate | None = None
+
+
 class TemplateReader:
     """What a framing reader calls for each complete frame's JSON bytes: a :class:`Slot` when
     the stream's template matches, else the parsed value, learning a template from it while
     tries are left (raises :class:`orjson.JSONDecodeError` as ``orjson.loads`` does)."""
 
-    __slots__ = ("_counter_path", "_number_paths", "_path", "_string_paths", "_tries", "runs",
-                 "template")
+    __slots__ = ("_counter_path", "_general", "_kept", "_memory", "_number_paths", "_path",
+                 "_stream_paths", "_string_paths", "_tries", "runs", "template")
 
     def __init__(self, path: TextPath, counter_path: TextPath | None = None,
                  number_paths: tuple[TextPath, ...] = (),
-                 string_paths: tuple[TextPath, ...] = ()) -> None:
+                 string_paths: tuple[TextPath, ...] = (),
+                 stream_paths: tuple[TextPath, ...] = (),
+                 memory: TemplateMemory | None = None) -> None:
         self._path = path
         self._counter_path = counter_path
         """Where a frame holds its counter, when the stream numbers its frames."""
         self._number_paths = number_paths
         """Where a frame may hold numbers that change from frame to frame."""
         self._string_paths = string_paths
-        """Where a frame may hold strings that change from frame to frame, before its text."""
+        """Where a frame may hold strings that change from frame to frame."""
+        self._stream_paths = stream_paths
+        """Where a frame may hold strings the same on every frame of a stream."""
         self._tries = _LEARN_TRIES
+        self._memory = memory
+        """Where the source's streams keep the template learned last (``None``: nowhere)."""
+        self._kept: FrameTemplate | None = None if memory is None else memory.template
+        """The source's template, tried while the stream has none of its own."""
+        self._general: FrameTemplate | None = None
+        """The template the stream's own was made from (:meth:`FrameTemplate.specialized`)."""
         self.template: FrameTemplate | None = None
         self.runs = False
         """The caller takes :class:`TextRun` s: the framing readers offer one after each
@@ -833,10 +984,19 @@ class TemplateReader:
 
     def read(self, raw: bytes, event: str) -> Any:
         template = self.template
-        if template is not None and event == template.event:
-            text = template.match(raw)
+        if template is not None:
+            if event == template.event:
+                text = template.match(raw)
+                if text is not None:
+                    return Slot(text, raw, event, None,
+                                template.count if template.counter else None)
+        elif self._kept is not None and event == self._kept.event:
+            kept = self._kept
+            text = kept.match(raw)
             if text is not None:
-                return Slot(text, raw, event, None, template.count if template.counter else None)
+                self._general = kept
+                self.template = kept.specialized(raw)
+                return Slot(text, raw, event, None, None)
         value = orjson.loads(raw)
         if template is not None and template.counter:
             # a frame between two runs of text frames is numbered too: the next text frame's
@@ -851,9 +1011,12 @@ class TemplateReader:
             if isinstance(found, str) and found:
                 self._tries -= 1
                 learned = learn(raw, value, self._path, found, event, self._counter_path,
-                                self._number_paths, self._string_paths)
+                                self._number_paths, self._string_paths, self._stream_paths)
                 if learned is not None:
-                    self.template = learned
+                    self._general = learned
+                    self.template = learned.specialized(raw)
+                    if self._memory is not None and not learned.counter:
+                        self._memory.template = learned
                     return Slot(found, raw, event, value,
                                 learned.count if learned.counter else None)
         return value
@@ -870,6 +1033,10 @@ class TemplateReader:
 
     def drop(self) -> None:
         """The decoder did not take a frame of the template as text alone: parse every frame
-        from now on."""
-        self.template = None
+        from now on (and the source's next streams learn their own)."""
+        memory = self._memory
+        if memory is not None and self._general is not None \
+                and memory.template is self._general:
+            memory.template = None
+        self.template = self._kept = self._general = None
         self._tries = 0
