@@ -182,10 +182,12 @@ SCALARS = (st.none() | st.booleans() | st.integers(-(2**53), 2**53)
            | st.floats(allow_nan=False, allow_infinity=False) | JSON_TEXT)
 VALUES = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3)
                       | st.dictionaries(JSON_TEXT, inner, max_size=3), max_leaves=8)
+EXTRA_KEYS = JSON_TEXT.filter(lambda k: k not in {"text", "stamp", "n", "first"})
+"""Keys of the members a frame holds beside its own (not the frame builders' parameters)."""
 
 
 @settings(max_examples=300, deadline=None)
-@given(extra=st.dictionaries(JSON_TEXT, VALUES, max_size=4), first=JSON_TEXT.filter(bool),
+@given(extra=st.dictionaries(EXTRA_KEYS, VALUES, max_size=4), first=JSON_TEXT.filter(bool),
        texts=st.lists(JSON_TEXT, max_size=6),
        cuts=st.lists(st.tuples(st.integers(0, 300), st.binary(max_size=3)), max_size=3))
 def test_a_frame_read_by_its_template_is_what_parsing_it_gives(
@@ -224,7 +226,7 @@ def _reads_as_parsed(reader: TemplateReader, frames: list[bytes], cuts: list[tup
 
 
 @settings(max_examples=300, deadline=None)
-@given(extra=st.dictionaries(JSON_TEXT, VALUES, max_size=4), first=JSON_TEXT.filter(bool),
+@given(extra=st.dictionaries(EXTRA_KEYS, VALUES, max_size=4), first=JSON_TEXT.filter(bool),
        start=st.integers(0, 2**40), steps=st.lists(st.tuples(JSON_TEXT, st.integers(-2, 3)),
                                                    max_size=6),
        before=st.booleans(),
@@ -248,7 +250,7 @@ USAGE: tuple[TextPath, ...] = (("usage", "prompt"), ("usage", "output"), ("usage
 
 
 @settings(max_examples=300, deadline=None)
-@given(extra=st.dictionaries(JSON_TEXT, VALUES, max_size=3), first=JSON_TEXT.filter(bool),
+@given(extra=st.dictionaries(EXTRA_KEYS, VALUES, max_size=3), first=JSON_TEXT.filter(bool),
        counts=st.lists(st.tuples(JSON_TEXT, st.integers(0, 2**40), st.integers(-3, 2**40)),
                        max_size=6),
        cuts=st.lists(st.tuples(st.integers(0, 300), st.binary(max_size=3)), max_size=3))
@@ -312,7 +314,7 @@ def line(text: str, stamp: str, **extra: Any) -> bytes:
 
 
 @settings(max_examples=300, deadline=None)
-@given(extra=st.dictionaries(JSON_TEXT, VALUES, max_size=3), first=JSON_TEXT.filter(bool),
+@given(extra=st.dictionaries(EXTRA_KEYS, VALUES, max_size=3), first=JSON_TEXT.filter(bool),
        stamp=JSON_TEXT, lines=st.lists(st.tuples(JSON_TEXT, JSON_TEXT), max_size=6),
        cuts=st.lists(st.tuples(st.integers(0, 300), st.binary(max_size=3)), max_size=3))
 def test_a_frame_with_string_slots_read_by_its_template_is_what_parsing_it_gives(
@@ -390,7 +392,7 @@ STREAM: tuple[TextPath, ...] = (("model",), ("id",))
 
 
 @settings(max_examples=300, deadline=None)
-@given(extra=st.dictionaries(JSON_TEXT, VALUES, max_size=3), first=JSON_TEXT.filter(bool),
+@given(extra=st.dictionaries(EXTRA_KEYS, VALUES, max_size=3), first=JSON_TEXT.filter(bool),
        model=JSON_TEXT, steps=st.lists(st.tuples(JSON_TEXT, st.integers(-3, 2**40), JSON_TEXT,
                                                   JSON_TEXT), max_size=6),
        cuts=st.lists(st.tuples(st.integers(0, 300), st.binary(max_size=3)), max_size=3))
