@@ -115,6 +115,19 @@ def rests_hold(run: TextRun, head: bytes, tail: bytes) -> None:
             [(s.text, s.raw, s.event, s.counter) for s in slots[k:]]
 
 
+def frames_hold(run: TextRun, data: bytes, head: bytes, tail: bytes, text_of: Any) -> None:
+    """Each of ``run``'s frames, as reading it alone gives it, is its bytes as they came in
+    ``data``, never parsed, its text ``text_of`` its parsed value; and its rests hold."""
+    at = run.start
+    for slot in run.slots():
+        frame = head + slot.raw + tail
+        assert data.startswith(frame, at) and slot.value is None
+        assert text_of(orjson.loads(slot.raw)) == slot.text
+        at += len(frame)
+    assert at == run.end
+    rests_hold(run, head, tail)
+
+
 @settings(max_examples=400, deadline=None)
 @given(kind=st.sampled_from(sorted(FRAMINGS)),
        extra=st.dictionaries(st.sampled_from(["a", "b", "model"]),
@@ -281,14 +294,7 @@ def test_a_run_with_number_slots_is_what_reading_its_frames_one_by_one_gives(
     if run is None:
         return
     assert run.counter is None
-    at = run.start
-    for slot in run.slots():
-        frame = head + slot.raw + tail
-        assert data.startswith(frame, at) and slot.value is None
-        assert orjson.loads(slot.raw)["choices"][0]["delta"]["content"] == slot.text
-        at += len(frame)
-    assert at == run.end
-    rests_hold(run, head, tail)
+    frames_hold(run, data, head, tail, lambda v: v["choices"][0]["delta"]["content"])
 
 
 def test_frames_with_number_slots_in_a_row_are_one_run() -> None:
@@ -343,14 +349,7 @@ def test_a_run_with_string_slots_after_the_text_is_what_reading_its_frames_one_b
     run, data = read_run(reader, data, cuts, head, tail)
     if run is None:
         return
-    at = run.start
-    for slot in run.slots():
-        frame = head + slot.raw + tail
-        assert data.startswith(frame, at) and slot.value is None
-        assert orjson.loads(slot.raw)["choices"][0]["delta"]["content"] == slot.text
-        at += len(frame)
-    assert at == run.end
-    rests_hold(run, head, tail)
+    frames_hold(run, data, head, tail, lambda v: v["choices"][0]["delta"]["content"])
 
 
 def test_frames_with_strings_after_their_text_in_a_row_are_one_run() -> None:
@@ -404,14 +403,7 @@ def test_a_run_with_string_slots_is_what_reading_its_frames_one_by_one_gives(
     run, data = read_run(reader, data, cuts, head, tail)
     if run is None:
         return
-    at = run.start
-    for slot in run.slots():
-        frame = head + slot.raw + tail
-        assert data.startswith(frame, at) and slot.value is None
-        assert orjson.loads(slot.raw)["message"]["content"] == slot.text
-        at += len(frame)
-    assert at == run.end
-    rests_hold(run, head, tail)
+    frames_hold(run, data, head, tail, lambda v: v["message"]["content"])
 
 
 def test_frames_with_string_slots_in_a_row_are_one_run() -> None:

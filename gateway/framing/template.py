@@ -723,18 +723,22 @@ def _counter_spots(raw: bytes, digits: bytes, skip: tuple[int, int]) -> list[int
     return spots
 
 
+def _free(at: int, end: int, taken: list[tuple[int, int, bytes, int]]
+          | list[tuple[int, int, bytes]]) -> bool:
+    """Bytes ``at`` to ``end`` overlap none of the ``taken`` slots (each from its first
+    number to its second)."""
+    return all(end <= slot[0] or slot[1] <= at for slot in taken)
+
+
 def _free_spot(raw: bytes, digits: bytes, taken: list[tuple[int, int, bytes, int]]) -> int:
     """The first place of ``digits`` in ``raw`` as a whole number token that overlaps none of
     the ``taken`` slots, or -1."""
     at = raw.find(digits)
     while at >= 0:
         end = at + len(digits)
-        if at > 0 and raw[at - 1] in _DELIMITS and end < len(raw) and raw[end] in _DELIMITS:
-            for s, e, _, _ in taken:
-                if at < e and s < end:
-                    break
-            else:
-                return at
+        if at > 0 and raw[at - 1] in _DELIMITS and end < len(raw) and raw[end] in _DELIMITS \
+                and _free(at, end, taken):
+            return at
         at = raw.find(digits, end)
     return -1
 
@@ -744,11 +748,7 @@ def _free_string(prefix: bytes, literal: bytes, taken: list[tuple[int, int, byte
     byte (the text's opening quote) and overlaps none of the ``taken`` slots, or -1."""
     at = prefix.find(literal)
     while at >= 0 and at + len(literal) < len(prefix):
-        end = at + len(literal)
-        for s, e, _ in taken:
-            if at < e and s < end:
-                break
-        else:
+        if _free(at, at + len(literal), taken):
             return at
         at = prefix.find(literal, at + 1)
     return -1
@@ -760,11 +760,7 @@ def _free_string_after(suffix: bytes, literal: bytes,
     text's closing quote) that overlaps none of the ``taken`` slots, or -1."""
     at = suffix.find(literal, 1)
     while at >= 0:
-        end = at + len(literal)
-        for s, e, _, _ in taken:
-            if at < e and s < end:
-                break
-        else:
+        if _free(at, at + len(literal), taken):
             return at
         at = suffix.find(literal, at + 1)
     return -1
