@@ -127,14 +127,15 @@ def served_once(client: str, upstream: str, body: bytes) -> Callable[[], int]:
     finish."""
     up, down = DIALECTS[wire.DIALECTS[upstream]], DIALECTS[wire.DIALECTS[client]]
     req = request()
+    source = object()  # (one upstream: its streams share what it keeps, as they do served)
 
     def one() -> int:
-        t = stream_translator(up, down, req)
+        t = stream_translator(up, down, req, source=source)
         t.feed(body)
         t.finish()
         t.closing()
         return 1
-    t = stream_translator(up, down, req)
+    t = stream_translator(up, down, req, source=source)
     out = t.feed(body) + t.finish() + t.closing()
     if t.failed or not t.done or not out:
         raise RuntimeError(f"{client}:{upstream}: failed={t.failed} done={t.done} "
