@@ -14,6 +14,7 @@ event would lose text. A truncated JSON payload still fails where the caller par
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 from gateway.errors import FramingError
 from gateway.framing.named_event import Named
@@ -47,31 +48,51 @@ def encode_events(payloads: list[bytes | Named]) -> bytes:
     (a run of text frames writes twenty at once)."""
     if not payloads:
         return b""
-    if type(payloads[0]) is not Named:
+    first = payloads[0]
+    if type(first) is not Named:
         try:
             return b"data: " + b"\n\ndata: ".join(payloads) + b"\n\n"  # type: ignore[arg-type]
         except TypeError:  # a Named further on
             pass
+    else:
+        # Events of one name alone (a run of text deltas): their data joined at once, each
+        # between that name's head and the blank line
+        event = first.event
+        datas: list[bytes] = []
+        for p in payloads:
+            if type(p) is not Named or p.event != event:
+                break
+            datas.append(p.data)
+        else:
+            head = _event_head(event)
+            return head + (b"\n\n" + head).join(datas) + b"\n\n"
     parts: list[bytes] = []
-    heads = _EVENT_HEADS
     for p in payloads:
         if type(p) is Named:  # (a final class)
-            head = heads.get(p.event)
-            if head is None:
-                head = b"event: " + p.event.encode() + b"\ndata: "
-                if len(heads) < _EVENT_HEADS_KEPT:
-                    heads[p.event] = head
-            parts += (head, p.data, b"\n\n")
+            parts.append(_event_head(p.event))
+            parts.append(p.data)
         else:
-            parts += (b"data: ", p, b"\n\n")
+            parts.append(b"data: ")
+            parts.append(p)
+        parts.append(b"\n\n")
     return b"".join(parts)
+
+
+def _event_head(event: str) -> bytes:
+    """The bytes before the data of an event named ``event``."""
+    head = _EVENT_HEADS.get(event)
+    if head is None:
+        head = b"event: " + event.encode() + b"\ndata: "
+        if len(_EVENT_HEADS) < _EVENT_HEADS_KEPT:
+            _EVENT_HEADS[event] = head
+    return head
 
 
 _EVENT_HEADS: dict[str, bytes] = {}
 """The bytes before an event's data, by its name: the names a stream writes are few, and the
 same in every stream. An upstream's own names pass through here too (an identity route), so
 at most :data:`_EVENT_HEADS_KEPT` are kept."""
-_EVENT_HEADS_KEPT = 256
+_EVENT_HEADS_KEPT: Final = 256
 
 
 def encode_comment(text: bytes = b"") -> bytes:
