@@ -1616,8 +1616,8 @@ class _Item:
     class: compiled, a dataclass's generated ``__init__`` runs interpreted, and one is built for
     each item of each answer.)"""
 
-    __slots__ = ("call", "chunks", "delta_at", "final", "final_json", "id", "index", "kind",
-                 "part_at", "part_open", "redacted", "seen")
+    __slots__ = ("call", "chunks", "delta_at", "final", "final_json", "id", "id_json", "index",
+                 "kind", "part_at", "part_open", "redacted", "seen")
 
     def __init__(self, index: int, id: str, kind: str, call: ToolCall | None = None) -> None:
         self.index = index
@@ -1638,10 +1638,17 @@ class _Item:
         "content_index":0`` (made once it is first written: :meth:`text_part_at`)."""
         self.delta_at = b""
         """What a text delta of this item writes between its sequence number and its text."""
+        self.id_json = b""
+        """Its id's JSON (written once: :meth:`json_id`)."""
+
+    def json_id(self) -> bytes:
+        if not self.id_json:
+            self.id_json = orjson.dumps(self.id)
+        return self.id_json
 
     def text_part_at(self) -> bytes:
         if not self.part_at:
-            self.part_at = (b'"item_id":' + orjson.dumps(self.id) + b',"output_index":'
+            self.part_at = (b'"item_id":' + self.json_id() + b',"output_index":'
                             + str(self.index).encode() + b',"content_index":0')
         return self.part_at
 
@@ -1653,8 +1660,9 @@ class _Item:
     def message_json(self, status: str, part: bytes) -> bytes:
         """The message as orjson writes :meth:`_Encoder._wire`'s object for it: ``part`` is the
         JSON of its text part, or empty for none."""
-        return b"".join((b'{"type":"message","id":', orjson.dumps(self.id), b',"status":',
-                         orjson.dumps(status), b',"role":"assistant","content":[', part, b"]}"))
+        return b"".join((b'{"type":"message","id":', self.json_id(), b',"status":',
+                         _STATUS_JSON.get(status) or orjson.dumps(status),
+                         b',"role":"assistant","content":[', part, b"]}"))
 
     def added_or_done(self, item: bytes) -> bytes:
         """``{"output_index", "item"}`` of ``output_item.added``/``.done``, ``item`` its JSON."""
@@ -1665,6 +1673,10 @@ class _Item:
         if len(self.chunks) > 1:
             self.chunks[:] = ["".join(self.chunks)]
         return self.chunks[0] if self.chunks else ""
+
+
+_STATUS_JSON: Final = {s: orjson.dumps(s) for s in ("in_progress", "completed", "incomplete")}
+"""An item's status as JSON, for the statuses an encoder writes."""
 
 
 def _json(value: JSON) -> bytes:
@@ -1716,10 +1728,12 @@ class _Encoder:
         "_id",
         "_items",
         "_model",
+        "_model_json",
         "_open",
         "_reasoning",
         "_req",
         "_seq",
+        "_shell",
         "_spoke",
         "_started",
     )
@@ -1733,6 +1747,10 @@ class _Encoder:
         self._id = ""
         self._created = now()
         self._model = req.model or "unknown"
+        self._shell = b""
+        """A response's JSON up to its status, and from its model to its output (written once:
+        :meth:`_response`)."""
+        self._model_json = b""
         self._seq = 0
         self._started = False
         self._closed = False
@@ -1778,15 +1796,19 @@ class _Encoder:
             members = self._echo_json
             if not members:
                 members = self._echo_json = orjson.dumps(echo)
-        if not self._id:
-            self._id = _new_id("resp_")
+        shell = self._shell
+        if not shell:
+            if not self._id:
+                self._id = _new_id("resp_")
+            shell = self._shell = b"".join((
+                b'{"response":{"id":', orjson.dumps(self._id),
+                b',"object":"response","created_at":', orjson.dumps(self._created),
+                b',"status":"'))
+            self._model_json = b',"model":' + orjson.dumps(self._model) + b',"output":'
         return b"".join((
-            b'{"response":{"id":', orjson.dumps(self._id),
-            b',"object":"response","created_at":', orjson.dumps(self._created),
-            b',"status":"', status.encode(), b'","error":', _json(error),
+            shell, status.encode(), b'","error":', _json(error),
             b',"incomplete_details":', _json(details), b",", members[1:-1],
-            b',"model":', orjson.dumps(self._model), b',"output":', output,
-            b',"usage":', _json(usage), b"}}"))
+            self._model_json, output, b',"usage":', _json(usage), b"}}"))
 
     # - events -
 
@@ -2109,6 +2131,7 @@ class _Encoder:
         kind = p.get("type")
         if kind == "response.created" and isinstance(response := p.get("response"), dict):
             self._started = True
+            self._shell = b""  # (its id, time and model are the upstream's from now on)
             if isinstance(response.get("id"), str):
                 self._id = response["id"]
             if isinstance(response.get("created_at"), int):
