@@ -336,9 +336,9 @@ class DialectPair:
         self.string_paths: tuple[TextPath, ...] = optional(upstream, "string_paths") or ()
         self.stream_string_paths: tuple[TextPath, ...] = \
             optional(upstream, "stream_string_paths") or ()
-        """Where the upstream's text frames hold their text, their number, and numbers and
-        strings that change from frame to frame (optional: see
-        :class:`gateway.dialects.base.Dialect`)."""
+        """Where the upstream's text frames hold their text, their number, numbers and strings
+        that change from frame to frame, and strings that change from stream to stream
+        (optional: see :class:`gateway.dialects.base.Dialect`)."""
 
     @staticmethod
     def of(upstream: Dialect, client: Dialect) -> DialectPair:

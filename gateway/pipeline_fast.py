@@ -161,7 +161,7 @@ def template_reader(upstream: Dialect, max_size: int, verbatim: bool,
                           counter_path=optional(upstream, "counter_path"),
                           number_paths=optional(upstream, "number_paths") or (),
                           string_paths=optional(upstream, "string_paths") or (),
-                          stream_paths=optional(upstream, "stream_string_paths") or (),
+                          stream_string_paths=optional(upstream, "stream_string_paths") or (),
                           verbatim=verbatim, memory=memory)
 
 
@@ -291,7 +291,7 @@ class FastStreamTranslator(StreamTranslator):
                                 counter_path=pair.counter_path,
                                 number_paths=pair.number_paths,
                                 string_paths=pair.string_paths,
-                                stream_paths=pair.stream_string_paths, verbatim=same,
+                                stream_string_paths=pair.stream_string_paths, verbatim=same,
                                 memory=memory)
         decoding = StreamDecoding(upstream, max_size, scrub, reader=reader) if path is None \
             else TemplateDecoding(upstream, max_size, scrub, reader)

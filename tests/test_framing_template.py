@@ -563,7 +563,8 @@ def _unparsed_slots(d: Dialect, memory: TemplateMemory | None, ident: str = "s4"
                             text_path=d.text_path,  # type: ignore[attr-defined]
                             number_paths=getattr(d, "number_paths", ()),
                             string_paths=getattr(d, "string_paths", ()),
-                            stream_paths=getattr(d, "stream_string_paths", ()), memory=memory)
+                            stream_string_paths=getattr(d, "stream_string_paths", ()),
+                            memory=memory)
     payloads = [p for f in _stream_of(d, ident, TEXTS) for p in reader.feed(f)]
     return sum(isinstance(p, Slot) and p.value is None for p in payloads)
 
@@ -587,7 +588,7 @@ def test_most_text_frames_of_a_stream_are_read_by_the_template(d: Dialect) -> No
                             counter_path=getattr(d, "counter_path", None),
                             number_paths=getattr(d, "number_paths", ()),
                             string_paths=getattr(d, "string_paths", ()),
-                            stream_paths=getattr(d, "stream_string_paths", ()))
+                            stream_string_paths=getattr(d, "stream_string_paths", ()))
     payloads = [p for f in _stream(d) for p in reader.feed(f)]
     assert sum(isinstance(p, Slot) for p in payloads) >= len(TEXTS) - 4
 

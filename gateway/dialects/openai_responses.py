@@ -1748,9 +1748,9 @@ class _Encoder:
         self._created = now()
         self._model = req.model or "unknown"
         self._shell = b""
-        """A response's JSON up to its status, and from its model to its output (written once:
-        :meth:`_response`)."""
+        """A response's JSON up to its status (written once: :meth:`_response`)."""
         self._model_json = b""
+        """And from its model to its output."""
         self._seq = 0
         self._started = False
         self._closed = False

@@ -294,10 +294,10 @@ class SniffingReader:
                  text_path: TextPath | None = None, counter_path: TextPath | None = None,
                  number_paths: tuple[TextPath, ...] = (),
                  string_paths: tuple[TextPath, ...] = (), verbatim: bool = False,
-                 stream_paths: tuple[TextPath, ...] = (),
+                 stream_string_paths: tuple[TextPath, ...] = (),
                  memory: TemplateMemory | None = None) -> None:
         self._text = TemplateReader(text_path, counter_path, number_paths, string_paths,
-                                    stream_paths, memory) if text_path is not None else None
+                                    stream_string_paths, memory) if text_path is not None else None
         """Given the path of a text frame's text (and of its counter, when the stream numbers
         its frames, or of numbers or strings that change from frame to frame), frames that fit
         the template learned from one come as :class:`Slot`, unparsed

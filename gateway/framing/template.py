@@ -769,11 +769,11 @@ def _free_string_after(suffix: bytes, literal: bytes,
 def learn(raw: bytes, value: Any, path: TextPath, text: str, event: str,
           counter_path: TextPath | None = None, number_paths: tuple[TextPath, ...] = (),
           string_paths: tuple[TextPath, ...] = (),
-          stream_paths: tuple[TextPath, ...] = ()) -> FrameTemplate | None:
+          stream_string_paths: tuple[TextPath, ...] = ()) -> FrameTemplate | None:
     """The template of ``raw`` (whose parsed value is ``value``, with the non-empty ``text`` at
     ``path``, and a counter at ``counter_path`` when one is given, or numbers that may change at
     ``number_paths``, strings that may change at ``string_paths`` and strings the same on every
-    frame of a stream at ``stream_paths``) around that string (and that counter, or those
+    frame of a stream at ``stream_string_paths``) around that string (and that counter, or those
     numbers and strings), or ``None`` when it is not one to read from the bytes (see the
     module's docstring)."""
     literal = orjson.dumps(text)  # the string as a compact JSON writer spells it
@@ -782,10 +782,10 @@ def learn(raw: bytes, value: Any, path: TextPath, text: str, event: str,
         return None
     prefix, suffix = raw[:at + 1], raw[at + len(literal) - 1:]
     probe = "z" if text == "q" else "q"  # not a JSON literal's first letter (true, false, null)
-    if (number_paths or string_paths or stream_paths) and counter_path is None:
+    if (number_paths or string_paths or stream_string_paths) and counter_path is None:
         found = _numbered(value, prefix, suffix, event, (path, text, probe), number_paths,
-                          string_paths, stream_paths)
-        if found is None and stream_paths:
+                          string_paths, stream_string_paths)
+        if found is None and stream_string_paths:
             # (a stream's string whose spelling is also another's: the stream's own template)
             found = _numbered(value, prefix, suffix, event, (path, text, probe), number_paths,
                               string_paths)
@@ -817,7 +817,7 @@ def learn(raw: bytes, value: Any, path: TextPath, text: str, event: str,
 def _numbered(value: Any, prefix: bytes, suffix: bytes, event: str,
               text: tuple[TextPath, Any, Any], number_paths: tuple[TextPath, ...],
               string_paths: tuple[TextPath, ...] = (),
-              stream_paths: tuple[TextPath, ...] = ()) -> FrameTemplate | None:
+              stream_string_paths: tuple[TextPath, ...] = ()) -> FrameTemplate | None:
     """:func:`learn`'s template with a slot for each number at ``number_paths`` the frame holds
     (a path it does not hold is no slot), each found after the text: the first place of its
     digits in ``suffix``, as a whole number token, that no other slot took; and one for each
@@ -826,7 +826,7 @@ def _numbered(value: Any, prefix: bytes, suffix: bytes, event: str,
     no other slot took. The template is the frame's only where the frame with another number or
     string in each slot (and another text) changes the value at those paths and nothing else
     (one parse: a wrong place found is no template, and the stream tries its next text frame).
-    A string at ``stream_paths`` is a slot where found after the text (else it is the
+    A string at ``stream_string_paths`` is a slot where found after the text (else it is the
     template's, as any other byte). ``text``: the text's path, the text and the string probed
     in its place."""
     holes: list[tuple[int, int, bytes, int]] = []
@@ -863,7 +863,7 @@ def _numbered(value: Any, prefix: bytes, suffix: bytes, event: str,
                 return None
             holes.append((spot + 1, spot + len(literal) - 1, probe.encode(), _STRING))
         changes.append((string_path, v, probe))
-    for stream_path in stream_paths:
+    for stream_path in stream_string_paths:
         v = _at(value, stream_path)
         if type(v) is not str:
             continue
@@ -950,12 +950,12 @@ class TemplateReader:
     tries are left (raises :class:`orjson.JSONDecodeError` as ``orjson.loads`` does)."""
 
     __slots__ = ("_counter_path", "_general", "_kept", "_memory", "_number_paths", "_path",
-                 "_stream_paths", "_string_paths", "_tries", "runs", "template")
+                 "_stream_string_paths", "_string_paths", "_tries", "runs", "template")
 
     def __init__(self, path: TextPath, counter_path: TextPath | None = None,
                  number_paths: tuple[TextPath, ...] = (),
                  string_paths: tuple[TextPath, ...] = (),
-                 stream_paths: tuple[TextPath, ...] = (),
+                 stream_string_paths: tuple[TextPath, ...] = (),
                  memory: TemplateMemory | None = None) -> None:
         self._path = path
         self._counter_path = counter_path
@@ -964,7 +964,7 @@ class TemplateReader:
         """Where a frame may hold numbers that change from frame to frame."""
         self._string_paths = string_paths
         """Where a frame may hold strings that change from frame to frame."""
-        self._stream_paths = stream_paths
+        self._stream_string_paths = stream_string_paths
         """Where a frame may hold strings the same on every frame of a stream."""
         self._tries = _LEARN_TRIES
         self._memory = memory
@@ -1007,7 +1007,7 @@ class TemplateReader:
             if isinstance(found, str) and found:
                 self._tries -= 1
                 learned = learn(raw, value, self._path, found, event, self._counter_path,
-                                self._number_paths, self._string_paths, self._stream_paths)
+                                self._number_paths, self._string_paths, self._stream_string_paths)
                 if learned is not None:
                     self._general = learned
                     self.template = learned.specialized(raw)
