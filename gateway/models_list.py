@@ -23,7 +23,6 @@ description; for any other, 404 in the dialect's error shape, as the upstream wo
 from __future__ import annotations
 
 import time
-import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -141,17 +140,14 @@ def _models_of(config: GatewayConfig, upstreams: Iterable[str]) -> list[str]:
     return out
 
 
-_BY_RUNTIME: weakref.WeakKeyDictionary[Runtime, dict[str, ModelList]] = (
-    weakref.WeakKeyDictionary())
-"""Each runtime's lists, made on first use: a reload's new runtime gets its own."""
+def _lists_of(runtime: Runtime) -> dict[str, ModelList]:
+    """A runtime's lists (made once each runtime: :meth:`Runtime.derived`)."""
+    return model_lists(runtime.config)
 
 
 def model_list_for(runtime: Runtime, path: str) -> ModelList | None:
     """The list served at ``path`` (a path no route serves), if any."""
-    lists = _BY_RUNTIME.get(runtime)
-    if lists is None:
-        lists = _BY_RUNTIME[runtime] = model_lists(runtime.config)
-    return lists.get(normalize_path(path))
+    return runtime.derived(_lists_of).get(normalize_path(path))
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,16 +216,14 @@ def model_infos(config: GatewayConfig) -> dict[str, ModelInfoEndpoint]:
             for path, (d, n) in found.items()}
 
 
-_INFO_BY_RUNTIME: weakref.WeakKeyDictionary[Runtime, dict[str, ModelInfoEndpoint]] = (
-    weakref.WeakKeyDictionary())
+def _infos_of(runtime: Runtime) -> dict[str, ModelInfoEndpoint]:
+    """A runtime's model-info endpoints (made once each runtime: :meth:`Runtime.derived`)."""
+    return model_infos(runtime.config)
 
 
 def model_info_for(runtime: Runtime, path: str) -> ModelInfoEndpoint | None:
     """The model-info endpoint at ``path`` (a path no route serves), if any."""
-    infos = _INFO_BY_RUNTIME.get(runtime)
-    if infos is None:
-        infos = _INFO_BY_RUNTIME[runtime] = model_infos(runtime.config)
-    return infos.get(normalize_path(path))
+    return runtime.derived(_infos_of).get(normalize_path(path))
 
 
 def route_model_list(runtime: Runtime, entry: RouteEntry) -> ModelList:

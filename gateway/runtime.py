@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from gateway.balancer import UpstreamState
 from gateway.config import GatewayConfig, RouteConfig
@@ -19,6 +19,8 @@ from gateway.dialects.stored import stored_responses_of
 from gateway.framing import Framing
 
 __all__ = ["RouteEntry", "Runtime", "normalize_path"]
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +50,7 @@ class Runtime:
         """``monotonic``: the health clock of the upstream states this runtime creates (those
         carried over from a previous runtime keep theirs: the app has one clock)."""
         self.config = config
+        self._derived: dict[Callable[[Runtime], Any], Any] = {}
         self.routes: dict[str, RouteEntry] = {}
         self.prefixes: dict[str, RouteEntry] = {}
         """Routes whose dialect reads the rest of the path (:func:`routes_by_prefix`), by
@@ -84,6 +87,16 @@ class Runtime:
         # This runtime's own view: a request that started on it keeps finding the upstreams of
         # its config even after a reload dropped some from the shared registry.
         self.states = {name: states[name] for name in config.upstreams}
+
+    def derived(self, make: Callable[[Runtime], _T]) -> _T:
+        """What ``make`` derives from this runtime, made on first use and kept with it: a
+        reload's new runtime makes its own. (Kept here, not in a table weakly keyed by runtime:
+        compiled, a runtime cannot be weakly referenced.)"""
+        try:
+            return self._derived[make]  # type: ignore[no-any-return]
+        except KeyError:
+            value = self._derived[make] = make(self)
+            return value
 
     def route_for(self, path: str) -> RouteEntry | None:
         return self.routes.get(normalize_path(path))

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 import time
-import weakref
 from dataclasses import dataclass
 
 import orjson
@@ -203,14 +202,7 @@ def counters(runtime: Runtime) -> dict[str, Counter]:
     return out
 
 
-_BY_RUNTIME: weakref.WeakKeyDictionary[Runtime, dict[str, Counter]] = (
-    weakref.WeakKeyDictionary())
-"""Each runtime's counters, made on first use: a reload's new runtime gets its own."""
-
-
 def counter_for(runtime: Runtime, path: str) -> Counter | None:
-    """The count endpoint served at ``path`` (a path no route serves), if any."""
-    found = _BY_RUNTIME.get(runtime)
-    if found is None:
-        found = _BY_RUNTIME[runtime] = counters(runtime)
-    return found.get(normalize_path(path))
+    """The count endpoint served at ``path`` (a path no route serves), if any: each runtime's
+    counters are made on first use (:meth:`Runtime.derived`)."""
+    return runtime.derived(counters).get(normalize_path(path))

@@ -3,6 +3,7 @@
 The exchange says what to send (a whole answer with its status, or a 200 stream and its frames);
 the sink puts it on the wire: :class:`AiohttpSink`, aiohttp's response objects. The seam stays so
 that a test can watch what an exchange sends, and so that another writer would plug in here.
+Compiled, :class:`AiohttpSink` takes no subclass: a sink that watches it wraps it.
 
 A stream's head is written with its first frames, not when it starts: a stream ended before
 its first write (an upstream that answered at once) is handed to aiohttp whole and leaves in one
