@@ -15,8 +15,7 @@ import asyncio
 import itertools
 import random
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 
 from gateway.config import HealthConfig, RouteConfig, UpstreamConfig
 
@@ -91,24 +90,23 @@ class UpstreamState:
 
     @property
     def limited(self) -> bool:
-        """Whether requests take a ``max_inflight`` slot (:meth:`slot`)."""
+        """Whether requests take a ``max_inflight`` slot (:meth:`acquire`)."""
         return self._slots is not None
 
-    @asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
+    async def acquire(self) -> asyncio.Semaphore | None:
+        """Takes one of the ``max_inflight`` slots, waiting up to ``queue_timeout`` for one
+        (else :class:`NoCapacity`), and returns what to give it back to once the request is
+        done: the semaphore it came from, as a reload may replace the upstream's meanwhile
+        (``None``: not :attr:`limited`, nothing taken)."""
         slots = self._slots
         if slots is None:
-            yield
-            return
+            return None
         try:
             async with asyncio.timeout(self.config.queue_timeout):
                 await slots.acquire()
         except TimeoutError:
             raise NoCapacity(self.name) from None
-        try:
-            yield
-        finally:
-            slots.release()
+        return slots
 
 
 class Balancer:

@@ -239,6 +239,7 @@ def test_a_forked_child_does_not_hand_out_its_parents_ids() -> None:
 def _samples() -> dict[type, dict[str, Any]]:
     """A value for every field of each class that writes its own ``__init__`` (see
     gateway/canonical.py), none of them its default, no two the same."""
+    from gateway.balancer import Balancer
     from gateway.canonical import (
         AssistantMessage,
         ChatRequest,
@@ -292,7 +293,7 @@ def _samples() -> dict[type, dict[str, Any]]:
         # (what each attempt shares: only identity is checked, so an object of the declared
         # type where compiled code checks one, any object elsewhere)
         AttemptContext: {name: {} if name == "states" else "r" if name == "request_id"
-                         else object() for name in (
+                         else Balancer() if name == "balancer" else object() for name in (
                              "route", "states", "health", "transport", "balancer", "request",
                              "config", "answer", "log", "request_id", "trace")},
         Use: {"path": "p", "field": Field("p")},

@@ -42,6 +42,7 @@ from strict.observed import Observed
 
 from gateway import handlers
 from gateway.app import create_app
+from gateway.balancer import UpstreamState
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.config import load_config, parse_config
 from gateway.dialects import get, names
@@ -548,6 +549,27 @@ async def test_max_inflight_queues_within_the_timeout(aiohttp_client: Any, fakes
         fake, max_inflight=2, queue_timeout=3)}))
     results = await asyncio.gather(*(ask(gw, D) for _ in range(6)))
     assert [s for s, _ in results] == [200] * 6
+
+
+async def test_a_slot_held_across_a_reload_goes_back_where_it_came_from() -> None:
+    """A reload that changes ``max_inflight`` gives the upstream new slots: a request that held
+    one of the old gives it back to the old, never one more to the new."""
+    def upstream(max_inflight: int | None) -> Any:
+        limit = {} if max_inflight is None else {"max_inflight": max_inflight}
+        return parse_config(config(D, {"u": upstream_config(
+            D, "http://127.0.0.1:9/", queue_timeout=0.05, **limit)}), env={}).upstreams["u"]
+
+    state = UpstreamState("u", upstream(1), lambda name, up: None)
+    held = await state.acquire()
+    assert held is not None and held.locked()
+    state.reconfigure(upstream(2))
+    now = await state.acquire()
+    assert now is not None and now is not held
+    held.release()
+    assert not held.locked()
+    assert await state.acquire() is now and now.locked()  # (its two slots taken: no third)
+    state.reconfigure(upstream(None))
+    assert not state.limited and await state.acquire() is None
 
 
 # --- hot reload -----------------------------------------------------------------------------------

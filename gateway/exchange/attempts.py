@@ -178,12 +178,16 @@ async def _limited_call(ctx: AttemptContext, req: ChatRequest, state: UpstreamSt
                         log: AttemptLog) -> Answered | Retry | Final:
     """:func:`_call` in one of the upstream's ``max_inflight`` slots."""
     try:
-        async with state.slot():
-            return await _call(ctx, req, state, dialect, body, up_stream, log)
+        slots = await state.acquire()
     except NoCapacity:
         log.attempts.append(Attempt(state.name, "rejected"))
         return Retry(ChatError(503, f"upstream {state.name} is at capacity", code="UNAVAILABLE",
                                retry_after=state.config.queue_timeout))
+    try:
+        return await _call(ctx, req, state, dialect, body, up_stream, log)
+    finally:
+        if slots is not None:
+            slots.release()
 
 
 def _render(req: ChatRequest, dialect: Dialect, up_stream: bool, up: UpstreamConfig,
