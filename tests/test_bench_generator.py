@@ -96,37 +96,36 @@ async def test_a_wrong_text_is_an_error_not_a_request() -> None:
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
-def test_a_body_already_found_right_is_not_parsed_again(stream: bool,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """The check remembers the first right bodies: the same bytes again pass without a parse,
-    any other bytes are checked in full (a wrong text is still an error)."""
+def test_the_same_answers_are_reassembled_whether_a_server_repeats_its_bytes_or_not(
+        stream: bool) -> None:
+    """The text is checked for the first answer and every :data:`driver.CHECK_EVERY`-th after
+    it, the same ones for a server that sends the same bytes each time (the pass-through) and one
+    whose answers carry ids of their own (a translating gateway): the check costs the
+    generator's core alike for both. The others are checked for their status and length."""
     dialect = next(iter(wire.DIALECTS))
-    target = driver.Target("http://127.0.0.1:1/", dialect, stream, wire.answer_text(CHUNKS))
     right = b"".join(wire.stream_frames(dialect, CHUNKS)) if stream else \
         wire.whole_body(dialect, CHUNKS)
-    assert driver._check(target, 200, right) is None
-    assert target.checked == [right]
     wrong = right.replace(wire.WORD.encode(), b"bad ", 1)
+    assert len(wrong) == len(right)
+    pad = b"\n" if stream else b" "  # bytes of its own, the same text
+    caught: dict[bool, list[int]] = {}
+    for repeats in (True, False):
+        target = driver.Target("http://127.0.0.1:1/", dialect, stream, wire.answer_text(CHUNKS))
+        assert driver._check(target, 200, right) is None
+        caught[repeats] = [n for n in range(1, 3 * driver.CHECK_EVERY)
+                           if driver._check(target, 200, wrong if repeats else wrong + pad)]
+        assert driver._check(target, 200, right if repeats else right + pad) is None
+    every = driver.CHECK_EVERY
+    assert caught[True] == caught[False] == [every, 2 * every]
+
+    target = driver.Target("http://127.0.0.1:1/", dialect, stream, wire.answer_text(CHUNKS))
     assert "text mismatch" in (driver._check(target, 200, wrong) or "")
-    assert target.checked == [right]  # a wrong body is never kept
-
-    parsed: list[bytes] = []
-    real = wire.stream_text if stream else wire.whole_text
-
-    def counting(d: str, raw: bytes) -> str:
-        parsed.append(raw)
-        return real(d, raw)
-
-    monkeypatch.setattr(wire, "stream_text" if stream else "whole_text", counting)
-    assert driver._check(target, 200, bytes(right)) is None  # equal bytes, another object
-    assert parsed == []
-    assert "text mismatch" in (driver._check(target, 200, wrong) or "")
-    assert parsed == [wrong]
-    assert driver._check(target, 500, right) is not None  # the status is checked first
-    for n in range(driver.CHECKED_KEPT + 2):  # right bodies of their own bytes: a few kept
-        other = right + b"\n" * (n + 1) if stream else right + b" " * (n + 1)
-        assert driver._check(target, 200, other) is None
-    assert len(target.checked) == driver.CHECKED_KEPT
+    assert driver._check(target, 200, right) is None  # until one is right, each is reassembled
+    assert target.right_length == len(right)
+    assert "HTTP 500" in (driver._check(target, 500, right) or "")
+    cut = right[:len(right) - driver.LENGTH_SLACK - 1]
+    assert "length" in (driver._check(target, 200, cut) or "")  # an answer not reassembled
+    assert driver._check(target, 200, right + pad * driver.LENGTH_SLACK) is None
 
 
 async def test_a_server_that_closes_gets_a_new_connection() -> None:
