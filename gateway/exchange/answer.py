@@ -327,7 +327,7 @@ class Answerer:
                     break
                 await self._write(resp, out)
                 self._progressed(tr)
-            out = held + tr.finish()
+            out = _then(held, tr.finish())
         except UpstreamError as e:
             if resp is None:
                 raise  # no byte went out: another upstream may answer
@@ -350,7 +350,7 @@ class Answerer:
         self.progress.answered(tr.model, tr.finish_reason)
         if tr.error is not None:
             self.progress.error = tr.error.message
-        out += tr.closing()
+        out = _then(out, tr.closing())
         await self._finish(resp, out)
         if out:
             self._progressed(tr)
@@ -392,3 +392,11 @@ class Answerer:
 
 def _stream_error(tr: StreamTranslator) -> str:
     return tr.error.message if tr.error else "the upstream stream is malformed"
+
+
+def _then(first: bytes, last: bytes) -> bytes:
+    """``first + last``, without copying ``first`` when ``last`` is empty, as it mostly is (what a
+    stream's end adds after a read that brought the whole answer): compiled, ``+`` on bytes
+    always copies both, and a translated answer is kilobytes."""
+    return first + last if last else first
+
