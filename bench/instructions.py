@@ -24,6 +24,11 @@ times its instructions in the one comparison made of both (a stand-in translator
 instructions, 14-34% less CPU by `bench/ab.py`). Use it to tell whether a change takes work away
 and how much; use `bench/run.py` for what that is worth in requests per second.
 
+``--cache-sim BYTES`` counts, besides, what instructions alone hide where a server runs as many
+of them as another in more time: the misses of one simulated cache of that size, code and data
+(this host's per-core L2 is the level whose misses cost tens of cycles each), and the branches
+the simulated predictor got wrong. Counts of events, not their cost.
+
 Needs Debian's ``valgrind`` (not a dependency of the gateway or of its tests).
 """
 
@@ -79,6 +84,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--keep", type=Path, default=None,
                    help="keep callgrind's files here, one per (server, pair, mode), for "
                         "callgrind_annotate")
+    p.add_argument("--cache-sim", type=int, default=0, metavar="BYTES",
+                   help="also simulate a last-level cache of BYTES (this host's L2 a core, "
+                        "e.g. 1048576) and the branch predictor, and print their misses per "
+                        "request (about ten times slower again)")
     p.add_argument("--passthrough", action="store_true",
                    help="also count bench/passthrough.py, the yardstick, and print its "
                         "instructions over the gateway's")
@@ -135,6 +144,8 @@ async def count(a: argparse.Namespace, name: str, cmd: list[str], kind: str, tmp
     out = tmp / f"callgrind-{name}.out"
     vg = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--dump-instr=no",
           "--instr-atstart=no"]
+    if a.cache_sim:
+        vg += ["--cache-sim=yes", "--branch-sim=yes", f"--LL={a.cache_sim},16,64"]
     port = ports.gw if kind == "gateway" else ports.pt
     if kind == "gateway":
         args = ["serve", "--config", str(tmp / "gateway.yaml"), "--host", "127.0.0.1",
@@ -170,16 +181,31 @@ async def count(a: argparse.Namespace, name: str, cmd: list[str], kind: str, tmp
                 if a.keep is not None:
                     a.keep.mkdir(parents=True, exist_ok=True)
                     shutil.copy(dump, a.keep / f"{name.replace(' ', '-')}-{c}-{u}-{mode}.out")
-                total = int(re.search(r"^totals: (\d+)", text, re.M).group(1))  # type: ignore[union-attr]
+                totals = _totals(text)
                 n = a.clients * a.requests
                 if errors:
                     raise RuntimeError(f"{name} {c}:{u} {mode}: {errors} wrong answers of {n}")
-                figures[(c, u, mode)] = total / n
-                print(f"{name:12} {c:>9}:{u:<9} {mode:6} {total / n / 1e3:9.1f} k instructions"
-                      f" per request ({n} requests)", flush=True)
+                figures[(c, u, mode)] = totals["Ir"] / n
+                print(f"{name:12} {c:>9}:{u:<9} {mode:6} {totals['Ir'] / n / 1e3:9.1f} k "
+                      f"instructions per request ({n} requests)", flush=True)
+                if a.cache_sim:
+                    print(f"{'':12} {'':>19} {'':6} last-level misses per request: code "
+                          f"{totals['ILmr'] / n:.0f}, data read {totals['DLmr'] / n:.0f}, "
+                          f"data write {totals['DLmw'] / n:.0f}; branches mispredicted "
+                          f"{(totals['Bcm'] + totals['Bim']) / n:.0f}", flush=True)
     finally:
         server.stop()
     return figures
+
+
+def _totals(dump: str) -> dict[str, int]:
+    """A callgrind dump's totals, by event name (``Ir``, and with the cache simulation ``ILmr``,
+    ``DLmr``, ``DLmw``, ``Bcm``, ``Bim``, ...)."""
+    events = re.search(r"^events: (.+)$", dump, re.M)
+    totals = re.search(r"^totals: (.+)$", dump, re.M)
+    if events is None or totals is None:
+        raise RuntimeError("a callgrind dump without its events and totals")
+    return dict(zip(events.group(1).split(), map(int, totals.group(1).split()), strict=False))
 
 
 async def amain(a: argparse.Namespace) -> int:
