@@ -16,8 +16,9 @@ a random master key, no database, telemetry and the remote model-cost map off) a
 (``--headless``; each request carries ``x-portkey-provider: openai`` and ``x-portkey-custom-host``
 pointing at the mock; see ``FETCH_SHIM`` for the workaround its streams need on Node). As in
 ``run.py``, this driver and the mock run the lean generator on uvloop (``--generator``), the
-servers are pinned to core 0 and this driver and the mock to core 1; every answer is reassembled
-as an OpenAI client would and compared with the mock's text (a mismatch is an error). Per
+servers are pinned to core 0 and this driver and the mock to core 1; answers are checked as
+``driver.py`` checks them, the same sample reassembled as an OpenAI client would and compared
+with the mock's text for every server (a mismatch is an error). Per
 repetition, each mode, each server in turn; figures are medians over repetitions and ``x pt`` is
 req/s over the pass-through's of the same mode. The JSON goes to
 ``bench/results/peers-<time>.json``. See docs/performance.md, "Peers (optional)".
