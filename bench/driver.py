@@ -3,7 +3,7 @@
 ``concurrency`` workers each send a request, read the whole answer, check it and send the next,
 from the start of the warm-up to the end of the measured window. What completes inside the window
 [t0, t1] is counted: throughput is completions / (t1 - t0); latency is request start to last body
-byte; TTFB (streams) is request start to the first body byte. Every answer's text is reassembled
+byte; TTFB (streams) is request start to the first body byte. An answer's text is reassembled
 the way a client of that dialect would (``wire.stream_text``) and compared with the mock's text:
 a mismatch, a non-200 status or a transport error counts as an error, not as a request. The text
 is reassembled for one answer in :data:`CHECK_EVERY` (the first, then every eighth), whichever

@@ -399,4 +399,3 @@ def _then(first: bytes, last: bytes) -> bytes:
     stream's end adds after a read that brought the whole answer): compiled, ``+`` on bytes
     always copies both, and a translated answer is kilobytes."""
     return first + last if last else first
-
