@@ -260,6 +260,45 @@ def test_dialect_parsers_let_only_parse_errors_escape(name: str, method: str,
         getattr(DIALECTS[name], method)(body)
 
 
+# One value of each JSON type, and the nesting the parsers walk into: the random search above
+# meets a wrong type at a given place only by luck, this sweep meets every one of them.
+WRONG_TYPES: list[Any] = [None, True, 1, 1.5, "x", [], [1], {}, {"x": 1}]
+
+
+@pytest.mark.parametrize("method", ["parse_request", "parse_response", "parse_error"])
+@pytest.mark.parametrize("name", NAMES)
+def test_dialect_parsers_meet_a_wrong_type_anywhere_with_a_parse_error(name: str,
+                                                                      method: str) -> None:
+    parse = getattr(DIALECTS[name], method)
+    for seed, paths in seeds_of(name, "body"):
+        for path, wrong in itertools.product([p for p in paths if p], WRONG_TYPES):
+            body = copy.deepcopy(seed)
+            _at(body, path[:-1])[path[-1]] = wrong
+            try:
+                parse(body)
+            except ParseError:
+                pass
+            except Exception as e:
+                raise AssertionError(f"{method} raised {e!r} with {wrong!r} at {path}") from e
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_stream_decoders_meet_a_wrong_type_anywhere_with_a_parse_error(name: str) -> None:
+    for seed, paths in seeds_of(name, "stream"):
+        for path, wrong in itertools.product([p for p in paths if p], WRONG_TYPES):
+            payload = copy.deepcopy(seed)
+            _at(payload.data if isinstance(payload, Named) else payload,
+                path[:-1])[path[-1]] = wrong
+            decoder = DIALECTS[name].decoder()
+            try:
+                events = decoder.decode(payload) + decoder.end()
+            except ParseError:
+                continue
+            except Exception as e:
+                raise AssertionError(f"decode raised {e!r} with {wrong!r} at {path}") from e
+            assert all(isinstance(e, STREAM_EVENTS) for e in events), (path, wrong)
+
+
 @pytest.mark.parametrize("name", NAMES)
 @given(data=st.data())
 def test_stream_decoders_let_only_parse_errors_escape(name: str, data: st.DataObject) -> None:

@@ -212,8 +212,11 @@ class FixtureDialect:
                 is_error=t.get("failed") is True,
                 reasoning=[Reasoning(thinking)] if thinking else [],
                 extras=split_known(t, _TURN_KEYS)))
+        raw_tools = obj.get("tools")
+        if raw_tools is not None and not isinstance(raw_tools, list):
+            raise DialectError(f"must be a list, not {kind_of(raw_tools)}", "tools")
         tools = []
-        for i, d in enumerate(obj.get("tools") or []):
+        for i, d in enumerate(raw_tools or []):
             d = expect_object(d, f"tools[{i}]")
             tools.append(ToolDef(_str(d.get("fn"), f"tools[{i}].fn", optional=False) or "",
                                  _str(d.get("about"), f"tools[{i}].about"), d.get("schema")))
