@@ -10,24 +10,33 @@ COMPILED := $(VENV)/.compiled
 
 .PHONY: demo test provision lint typecheck unit e2e-agents bench soak clean
 
-# The venv's own pip (ensurepip's, >= 22 for Python >= 3.11) installs an editable pyproject
-# package, so there is no pip upgrade to wait for. Each install builds the package, compiled
-# (setup.py): the test install is the runtime's with the test extra, not a second step.
-$(RUNTIME): pyproject.toml setup.py
+# The packages are installed by uv (pinned; the venv's pip fetches it in a second or two):
+# it resolves, downloads and links the hundred-odd wheels in parallel, where pip takes most of a
+# fresh install's time doing that one at a time. Each install builds the package, compiled
+# (setup.py): the test install is the runtime's with the test extra, not a second step. uv keeps
+# a built editable package while pyproject.toml and setup.py stay the same, so each install
+# asks for it to be built again (the compiled modules follow the sources, not those two files).
+UV_VERSION := 0.13.9
+UV_INSTALL := $(BIN)/uv pip install --quiet --python $(BIN)/python \
+	--reinstall-package chat-gateway
+
+$(BIN)/uv:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet -e .
+	$(BIN)/pip install --quiet uv==$(UV_VERSION)
+
+$(RUNTIME): pyproject.toml setup.py | $(BIN)/uv
+	$(UV_INSTALL) -e .
 	touch $@ $(COMPILED)
 
-$(TESTING): pyproject.toml setup.py
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet -e '.[test]'
+$(TESTING): pyproject.toml setup.py | $(BIN)/uv
+	$(UV_INSTALL) -e '.[test]'
 	touch $(RUNTIME) $@ $(COMPILED)
 
 # An edited source takes effect once compiled again: the compiled modules run instead of it, and
 # tests/test_build.py fails on one older than its source. Any module of the package may change
 # what the compiled ones were compiled against, so any edit rebuilds.
 $(COMPILED): $(shell find gateway -name '*.py') | $(RUNTIME)
-	$(BIN)/pip install --quiet --no-deps -e .
+	$(UV_INSTALL) --no-deps -e .
 	touch $@
 
 demo: $(RUNTIME) $(COMPILED)
