@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import cache
 from typing import Any
 
@@ -265,38 +265,41 @@ def test_dialect_parsers_let_only_parse_errors_escape(name: str, method: str,
 WRONG_TYPES: list[Any] = [None, True, 1, 1.5, "x", [], [1], {}, {"x": 1}]
 
 
+def wrong_typed(seeds: list[tuple[Any, list[tuple[Any, ...]]]]) -> Iterator[tuple[Any, str]]:
+    """Each seed with one place (never the whole) given each of :data:`WRONG_TYPES`, and what
+    was changed where."""
+    for seed, paths in seeds:
+        for path, wrong in itertools.product([p for p in paths if p], WRONG_TYPES):
+            value = copy.deepcopy(seed)
+            _at(value.data if isinstance(value, Named) else value, path[:-1])[path[-1]] = wrong
+            yield value, f"{wrong!r} at {path}"
+
+
 @pytest.mark.parametrize("method", ["parse_request", "parse_response", "parse_error"])
 @pytest.mark.parametrize("name", NAMES)
 def test_dialect_parsers_meet_a_wrong_type_anywhere_with_a_parse_error(name: str,
                                                                       method: str) -> None:
     parse = getattr(DIALECTS[name], method)
-    for seed, paths in seeds_of(name, "body"):
-        for path, wrong in itertools.product([p for p in paths if p], WRONG_TYPES):
-            body = copy.deepcopy(seed)
-            _at(body, path[:-1])[path[-1]] = wrong
-            try:
-                parse(body)
-            except ParseError:
-                pass
-            except Exception as e:
-                raise AssertionError(f"{method} raised {e!r} with {wrong!r} at {path}") from e
+    for body, change in wrong_typed(seeds_of(name, "body")):
+        try:
+            parse(body)
+        except ParseError:
+            pass
+        except Exception as e:
+            raise AssertionError(f"{method} raised {e!r} with {change}") from e
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_stream_decoders_meet_a_wrong_type_anywhere_with_a_parse_error(name: str) -> None:
-    for seed, paths in seeds_of(name, "stream"):
-        for path, wrong in itertools.product([p for p in paths if p], WRONG_TYPES):
-            payload = copy.deepcopy(seed)
-            _at(payload.data if isinstance(payload, Named) else payload,
-                path[:-1])[path[-1]] = wrong
-            decoder = DIALECTS[name].decoder()
-            try:
-                events = decoder.decode(payload) + decoder.end()
-            except ParseError:
-                continue
-            except Exception as e:
-                raise AssertionError(f"decode raised {e!r} with {wrong!r} at {path}") from e
-            assert all(isinstance(e, STREAM_EVENTS) for e in events), (path, wrong)
+    for payload, change in wrong_typed(seeds_of(name, "stream")):
+        decoder = DIALECTS[name].decoder()
+        try:
+            events = decoder.decode(payload) + decoder.end()
+        except ParseError:
+            continue
+        except Exception as e:
+            raise AssertionError(f"decode raised {e!r} with {change}") from e
+        assert all(isinstance(e, STREAM_EVENTS) for e in events), change
 
 
 @pytest.mark.parametrize("name", NAMES)
