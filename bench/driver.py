@@ -14,8 +14,8 @@ check that a translated stream reassembles to the right text. The driver does th
 answer for every server of a run, and it runs on its own core (see ``run.py``).
 
 Two HTTP clients (``client=``): ``lean`` (the default: :mod:`h1load`, keep-alive connections on
-httptools, a fraction of the CPU per request) and ``aiohttp`` (one ``ClientSession``, as every run
-before git 0d5d61f used). With two cores the driver shares its core with the mock, and
+httptools, a fraction of the CPU per request) and ``aiohttp`` (one ``ClientSession``, the
+generator of the earliest runs). With two cores the driver shares its core with the mock, and
 aiohttp's client was the ceiling of the whole-answer runs; ``lean`` lifts it, so that the servers
 under test, not the generator, set the throughput. TTFB is the first body byte as the client's
 parser sees it (``lean``: the read that brought it; ``aiohttp``: the first chunk its stream

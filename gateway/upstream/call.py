@@ -63,8 +63,8 @@ class UpstreamCall:
         self.waited = waited
         self._watch: _StreamWatch | None = None
         """The stream's timer, once :meth:`chunks` was called: the call holds the timer, not
-        the chunks, which hold the call (a cycle per stream, left to the collector, grew the
-        soak's RSS by 2 KiB a stream: git bd2bd5a to its fix)."""
+        the chunks, which hold the call (a cycle per stream, left to the collector, grows a
+        long soak's RSS with every stream)."""
 
     @property
     def status(self) -> int:
