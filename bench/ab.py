@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/ab.py --a-rev 9c20a52 --pairs openai:0128,anthropic:responses
     .venv/bin/python bench/ab.py --a "env PYTHONPATH=/tmp/old python -m gateway" --rounds 12
+    .venv/bin/python bench/ab.py --a-server upstream_client=aiohttp     # a setting A/B
 
 On a shared host one window's throughput and CPU per request move by 15-20% from one window to
 the next (docs/performance.md), more than most single changes are worth, so comparing two
@@ -57,9 +58,12 @@ class Samples:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    which = p.add_mutually_exclusive_group(required=True)
+    which = p.add_mutually_exclusive_group()
     which.add_argument("--a", help="the command that starts build A (`serve ...` is appended)")
     which.add_argument("--a-rev", help="a git revision: build A is that revision's gateway")
+    p.add_argument("--a-server", action="append", default=[], metavar="KEY=VALUE",
+                   help="a `server:` setting of A's config (repeatable); without --a or "
+                        "--a-rev, A is this checkout too: e.g. upstream_client=aiohttp")
     p.add_argument("--b", help="build B's command (default: this checkout's chat-gateway)")
     p.add_argument("--pairs", default="openai:0128", help="CLIENT:UPSTREAM,... as in run.py")
     p.add_argument("--modes", default="whole,stream")
@@ -69,7 +73,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=float, default=0.5)
     p.add_argument("--chunks", type=int, default=20)
     p.add_argument("--generator", choices=driver.GENERATORS, default="lean", help="the load client")
-    return p.parse_args(argv)
+    a = p.parse_args(argv)
+    if not (a.a or a.a_rev or a.a_server):
+        p.error("build A: one of --a, --a-rev or --a-server is required")
+    if any("=" not in kv for kv in a.a_server):
+        p.error("--a-server takes KEY=VALUE")
+    return a
 
 
 def worktree(rev: str, into: Path) -> Path:
@@ -127,7 +136,9 @@ async def amain(a: argparse.Namespace) -> int:
             text=True).strip()
         if not imported.startswith(str(tree)):
             sys.exit(f"build A imports {imported}, not the worktree's gateway")
-    commands = {"A": command_a, "B": a.b or " ".join(run.gateway_command(run.parse_args([])))}
+    default = " ".join(run.gateway_command(run.parse_args([])))
+    commands = {"A": command_a or default, "B": a.b or default}
+    settings = {"A": dict(kv.split("=", 1) for kv in a.a_server), "B": {}}
     mock_port, paced_port = procs.free_port(), procs.free_port()
     mock = procs.Proc("mock", [sys.executable, str(HERE / "mock.py"), "--chunks", str(a.chunks),
                                "--server", a.generator,
@@ -142,7 +153,7 @@ async def amain(a: argparse.Namespace) -> int:
             (tmp / build).mkdir()
             gateways[build] = await run.start_gateway(
                 run.parse_args(["--gateway-cmd", command]), tmp / build, ports[build],
-                cores.server, 1)
+                cores.server, 1, settings[build])
         pairs = run.parse_pairs(a.pairs)
         modes = a.modes.split(",")
         samples = {(p, m): Samples() for p in pairs for m in modes}
@@ -170,7 +181,8 @@ async def amain(a: argparse.Namespace) -> int:
 
 def report(samples: dict[tuple[tuple[str, str], str], Samples], commands: dict[str, str],
            a: argparse.Namespace) -> int:
-    print(f"A: {commands['A']}\nB: {commands['B']}")
+    server = " ".join(f"server.{kv}" for kv in a.a_server)
+    print(f"A: {commands['A']}{' with ' + server if server else ''}\nB: {commands['B']}")
     print(f"{a.rounds} rounds of {a.duration:g} s windows, {a.concurrency} clients; "
           "B/A per round, median [min-max]")
     print(f"{'pair':24} {'mode':6} {'A cpu us':>9} {'B cpu us':>9} {'B/A cpu':>22} "

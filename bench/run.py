@@ -282,9 +282,12 @@ def gateway_command(a: argparse.Namespace) -> list[str]:
 
 
 async def start_gateway(a: argparse.Namespace, tmp: Path, ports: Ports, cpus: set[int] | None,
-                        workers: int) -> procs.Proc:
+                        workers: int, server: dict[str, str] | None = None) -> procs.Proc:
+    """The gateway on the bench's config, ``server`` settings added (``bench/ab.py --a-server``)."""
     config = tmp / "gateway.yaml"
-    config.write_text(json.dumps(gateway_config(ports), indent=1))  # JSON is YAML
+    settings = gateway_config(ports)
+    settings["server"].update(server or {})
+    config.write_text(json.dumps(settings, indent=1))  # JSON is YAML
     cmd = [*gateway_command(a), "serve", "--config", str(config), "--host", "127.0.0.1",
            "--port", str(ports.gw)]
     # bench/soak.py starts the gateway through here with arguments of its own and no --loop:
