@@ -1,7 +1,7 @@
 """A/B: two gateway builds' CPU per request, alternated window by window on one machine.
 
     .venv/bin/python bench/ab.py --a-rev 9c20a52 --pairs openai:0128,anthropic:responses
-    .venv/bin/python bench/ab.py --a "env PYTHONPATH=/tmp/old python -m gateway" --rounds 12
+    .venv/bin/python bench/ab.py --a "env PYTHONPATH=/tmp/old python -P -m gateway" --rounds 12
     .venv/bin/python bench/ab.py --a-server upstream_client=aiohttp     # a setting A/B
 
 On a shared host one window's throughput and CPU per request move by 15-20% from one window to
@@ -17,6 +17,11 @@ rounds of 2 s, openai:0128): medians 0.90 and 0.96 (whole, streamed; A a worktre
 1.02 and 1.01 (the same command both sides), 1.01 (A ``python -m gateway``), with single rounds
 anywhere in 0.69-1.25. So there it tells apart changes of about 10% and more; smaller ones need
 more rounds, a quieter host, or an in-process timing.
+
+A command that runs ``python -m gateway`` needs ``-P`` (or ``env -C`` to another directory):
+``-m`` puts the working directory first on ``sys.path``, so from this checkout it imports this
+checkout's gateway, whatever PYTHONPATH says. The report says what each build ran (the compiled
+modules' file, or the sources interpreted) and stops when both ran the same compiled file.
 
 ``--a-rev REV`` checks REV out in a temporary git worktree, builds its compiled modules there
 (``setup.py build_ext --inplace``, as ``pip install`` would: the sources alone would run
@@ -154,6 +159,11 @@ async def amain(a: argparse.Namespace) -> int:
             gateways[build] = await run.start_gateway(
                 run.parse_args(["--gateway-cmd", command]), tmp / build, ports[build],
                 cores.server, 1, settings[build])
+        builds = {build: procs.gateway_build(gw.pid) for build, gw in gateways.items()}
+        if commands["A"] != commands["B"] and builds["A"] == builds["B"] \
+                and builds["A"].startswith("compiled"):
+            sys.exit(f"builds A and B run the same compiled modules ({builds['A'][10:]}): "
+                     "a `python -m gateway` started here imports this checkout's (use -P)")
         pairs = run.parse_pairs(a.pairs)
         modes = a.modes.split(",")
         samples = {(p, m): Samples() for p in pairs for m in modes}
@@ -170,7 +180,7 @@ async def amain(a: argparse.Namespace) -> int:
                     s.rps[build].append(rps)
                     s.errors += errors
             print(f"round {r + 1}/{a.rounds} done", file=sys.stderr)
-        return report(samples, commands, a)
+        return report(samples, commands, builds, a)
     finally:
         for gw in gateways.values():
             gw.stop()
@@ -180,9 +190,10 @@ async def amain(a: argparse.Namespace) -> int:
 
 
 def report(samples: dict[tuple[tuple[str, str], str], Samples], commands: dict[str, str],
-           a: argparse.Namespace) -> int:
+           builds: dict[str, str], a: argparse.Namespace) -> int:
     server = " ".join(f"server.{kv}" for kv in a.a_server)
-    print(f"A: {commands['A']}{' with ' + server if server else ''}\nB: {commands['B']}")
+    print(f"A: {commands['A']}{' with ' + server if server else ''}\n   ({builds['A']})\n"
+          f"B: {commands['B']}\n   ({builds['B']})")
     print(f"{a.rounds} rounds of {a.duration:g} s windows, {a.concurrency} clients; "
           "B/A per round, median [min-max]")
     print(f"{'pair':24} {'mode':6} {'A cpu us':>9} {'B cpu us':>9} {'B/A cpu':>22} "

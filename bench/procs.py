@@ -129,6 +129,23 @@ class Proc:
         self._log.close()
 
 
+def gateway_build(pid: int) -> str:
+    """Which gateway a started process runs, from the shared objects it has mapped: the
+    compiled modules' file (``gateway__mypyc``), or none (the sources, interpreted). A build
+    started with ``python -m gateway`` from this checkout imports this checkout's gateway
+    whatever PYTHONPATH says (``-m`` puts the working directory first on ``sys.path``): a
+    comparison of two builds says what each really ran."""
+    try:
+        with open(f"/proc/{pid}/maps") as maps:
+            for line in maps:
+                path = line.split(maxsplit=5)[-1].strip()
+                if "/gateway__mypyc." in path:
+                    return f"compiled: {path}"
+    except OSError:
+        return "unknown (its /proc/<pid>/maps could not be read)"
+    return "interpreted: no compiled module loaded"
+
+
 async def wait_ready(proc: Proc, url: str, within: float) -> None:
     """Until ``GET url`` answers (any status below 500), the process dies, or ``within`` s."""
     deadline = time.monotonic() + within

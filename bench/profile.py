@@ -24,7 +24,11 @@ checkout's. C extensions (orjson, httptools, aiohttp's parser) run where py-spy 
 frame: their time goes to the Python caller, unless ``--native`` samples the C frames too.
 ``--native`` stops the gateway at each sample, and a stop lands on the way back from a system
 call more often than elsewhere: it overstates system calls, so read it for where native time
-goes, and ``perf record`` for shares.
+goes, and ``perf record`` for shares. The gateway's compiled modules are C extensions too: for
+its own lines, profile a copy of its sources without them, ``--gateway-cmd "env
+PYTHONPATH=<copy> .venv/bin/python -P -m gateway"`` (``-P``: ``-m`` would put this checkout
+first on ``sys.path``), keeping in mind that interpreted code spends more (the output says which
+build ran).
 
 py-spy cannot follow a coroutine's caller across the event loop (a task's frames start at the
 coroutine the loop resumed), so "inclusive" time is attributed to the deepest gateway frame of
@@ -184,6 +188,10 @@ async def profile(a: argparse.Namespace, spy: str) -> tuple[Path, float | None]:
         print(f"{client}/{upstream} {a.mode}{paced} c{a.concurrency}: {summary['rps']:.0f} req/s, "
               f"{result.errors} errors, gateway CPU {cpu_ms or 0:.3f} ms/request; raw samples: "
               f"{out}")
+        build = procs.gateway_build(gw.pid)
+        print(f"gateway {build}" + ("; py-spy sees no frame of a compiled module (an interpreted "
+                                    "copy: --gateway-cmd 'env PYTHONPATH=<copy> python -P -m "
+                                    "gateway')" if build.startswith("compiled") else ""))
         return out, cpu_ms
     finally:
         if gw is not None:
