@@ -162,7 +162,8 @@ async def amain(a: argparse.Namespace) -> int:
         builds = {build: procs.gateway_build(gw.pid) for build, gw in gateways.items()}
         if commands["A"] != commands["B"] and builds["A"] == builds["B"] \
                 and builds["A"].startswith("compiled"):
-            sys.exit(f"builds A and B run the same compiled modules ({builds['A'][10:]}): "
+            sys.exit(f"builds A and B run the same compiled modules "
+                     f"({builds['A'].removeprefix('compiled: ')}): "
                      "a `python -m gateway` started here imports this checkout's (use -P)")
         pairs = run.parse_pairs(a.pairs)
         modes = a.modes.split(",")
