@@ -41,8 +41,9 @@ def extensions() -> list[Any]:
         return []
     from mypyc.build import mypycify
 
-    # -O1: as fast here as -O3, in less time; one C file a module: half the compile time of one
-    # file for them all, and as fast
+    # -O1: as fast here as -O3, in less time (-Os, for less code to miss in the caches, is
+    # slower: docs/performance.md); one C file a module: half the compile time of one file for
+    # them all, and as fast
     return list(mypycify(["--config-file=", "--no-site-packages", "--ignore-missing-imports",
                           *COMPILED],
                          opt_level="1", multi_file=True, group_name="gateway"))
