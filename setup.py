@@ -51,8 +51,8 @@ def extensions() -> list[Any]:
         # Hidden symbols: the library exports only its module's init function (what CPython
         # looks up; the modules reach each other's code through its capsules, never the dynamic
         # linker), so a call between its C files is a direct call, not a jump through the PLT
-        # that lets another library interpose. Less code and fewer branches to predict: a
-        # stream took 5-9% less CPU (docs/performance.md).
+        # that lets another library interpose: less code, and fewer branches to predict, on
+        # every call (what that is worth: docs/performance.md).
         extension.extra_compile_args.append("-fvisibility=hidden")
     return built
 

@@ -61,8 +61,9 @@ def test_no_source_was_edited_since_it_was_compiled() -> None:
 
 def test_the_compiled_library_exports_only_its_init_function() -> None:
     """setup.py builds it with hidden symbols: its C files call each other directly, not through
-    the PLT (5-9% of a stream's CPU); the compiled modules reach it through its capsules, CPython
-    through the one init function. A build that drops the flag exports thousands."""
+    the PLT (docs/performance.md says what that is worth); the compiled modules reach it through
+    its capsules, CPython through the one init function. A build without the flag exports
+    thousands."""
     (library,) = [p for p in ROOT.glob("gateway__mypyc*") if p.suffix == ".so"]
     out = subprocess.run(["nm", "-D", "--defined-only", str(library)], capture_output=True,
                          text=True, timeout=60, check=True)
