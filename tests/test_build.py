@@ -33,6 +33,12 @@ def module_of(path: str) -> str:
     return name.removesuffix(".__init__")
 
 
+def compiled_library() -> Path:
+    """The shared library setup.py builds beside the package (every compiled module's code)."""
+    (library,) = [p for p in ROOT.glob("gateway__mypyc*") if p.suffix == ".so"]
+    return library
+
+
 def test_the_run_imports_the_gateway_beside_its_tests() -> None:
     assert Path(gateway.__file__).resolve().parent.parent == ROOT
 
@@ -52,7 +58,7 @@ def test_no_source_was_edited_since_it_was_compiled() -> None:
     """The compiled code is the shared library setup.py builds beside the package; every module
     of the package is older than it (any of them may change what the others were compiled
     against). Else: ``make test`` rebuilds first; ``pip install -e .`` does by hand."""
-    (library,) = [p for p in ROOT.glob("gateway__mypyc*") if p.suffix == ".so"]
+    library = compiled_library()
     built = library.stat().st_mtime
     edited = [str(p.relative_to(ROOT)) for p in (ROOT / "gateway").rglob("*.py")
               if p.stat().st_mtime > built]
@@ -64,7 +70,7 @@ def test_the_compiled_library_exports_only_its_init_function() -> None:
     the PLT (docs/performance.md says what that is worth); the compiled modules reach it through
     its capsules, CPython through the one init function. A build without the flag exports
     thousands."""
-    (library,) = [p for p in ROOT.glob("gateway__mypyc*") if p.suffix == ".so"]
+    library = compiled_library()
     out = subprocess.run(["nm", "-D", "--defined-only", str(library)], capture_output=True,
                          text=True, timeout=60, check=True)
     exported = {line.split()[-1] for line in out.stdout.splitlines() if line.strip()}
